@@ -1,0 +1,1 @@
+//! The `anthropic` driver: Messages with tool use.

@@ -1,0 +1,1 @@
+//! The `openai` driver: Chat Completions with function tools.

@@ -1,0 +1,2 @@
+//! Retries of transient failures: capped exponential backoff with jitter, honouring
+//! `Retry-After`.

@@ -1,0 +1,17 @@
+//! `mur`: an agent runtime. It stages a capsule (`murmur.yaml`), runs an agent session
+//! that calls a model through a driver, executes the tools the model asks for, and
+//! writes every event to `trace.jsonl`.
+//!
+//! One module per concept of the architecture page: [`manifest`], [`staging`],
+//! [`session`], [`inference`], [`tools`], [`exec`], [`records`].
+
+pub mod cli;
+pub mod exec;
+pub mod exit;
+pub mod ids;
+pub mod inference;
+pub mod manifest;
+pub mod records;
+pub mod session;
+pub mod staging;
+pub mod tools;

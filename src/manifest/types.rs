@@ -1,0 +1,253 @@
+//! The validated capsule manifest (`murmur.yaml`), after parsing.
+//!
+//! Every key the spec names lives at the path it names. The parser in
+//! [`crate::manifest::parse`] turns the YAML text into these types, collecting every
+//! error with its `file:line:column`; nothing here ever holds raw, unvalidated input.
+
+use std::path::PathBuf;
+
+/// A validated `murmur.yaml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// `name`: the capsule's name (required; `[a-z0-9][a-z0-9._-]*`).
+    pub name: String,
+    /// `description`: one line shown in the agent card and `mur stage` (optional).
+    pub description: Option<String>,
+    /// `transport`: `http` (mur runs the agent loop, the default) or `process`.
+    pub transport: Transport,
+    /// `prompt`: the system prompt, inline or from a file relative to the capsule.
+    pub prompt: Prompt,
+    /// `workdir`: the accessible workdir, relative to the capsule directory (default `.`).
+    pub workdir: PathBuf,
+    /// `inference`: absent for a script capsule (one that runs no model).
+    pub inference: Option<Inference>,
+    /// `capabilities`: the grants.
+    pub capabilities: Capabilities,
+    /// `exports`: what this capsule lets peers take.
+    pub exports: Exports,
+    /// `control`: what the agent may change about its own session.
+    pub control: Control,
+    /// `lifecycle`: clocks and limits of tasks and commands.
+    pub lifecycle: Lifecycle,
+    /// `task_acceptance`: what a busy session does with a new task (default `reject`).
+    pub task_acceptance: TaskAcceptance,
+    /// `after_task`: what the session does when a task ends; `None` means the
+    /// launcher's default (`exit` for `mur run`, `sleep` for a door).
+    pub after_task: Option<AfterTask>,
+    /// `tools`: tool artifacts the capsule declares (`scope/name[@version]`).
+    pub tools: Vec<ArtifactRef>,
+    /// `skills`: skill artifacts the capsule declares (`scope/name[@version]`).
+    pub skills: Vec<ArtifactRef>,
+}
+
+/// `transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// mur runs the agent loop itself and calls the model through a driver.
+    #[default]
+    Http,
+    /// An external harness runs the agent loop (not run by this build).
+    Process,
+}
+
+/// `prompt`: `{system: TEXT}` or `{system_file: PATH}` (at most one).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prompt {
+    /// `prompt.system`: inline system prompt.
+    pub system: Option<String>,
+    /// `prompt.system_file`: path relative to the capsule directory.
+    pub system_file: Option<PathBuf>,
+}
+
+/// `inference`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    /// `inference.driver`: the name of the default choice (must be a key of `choices`).
+    pub driver: String,
+    /// `inference.choices`: named driver choices, in manifest order.
+    pub choices: Vec<(String, DriverChoice)>,
+    /// `inference.max_turns`: the cap on inference calls per task; `None`: no cap.
+    pub max_turns: Option<u32>,
+    /// `inference.max_session_tokens`: the session's spend ceiling in tokens; `None`: none.
+    pub max_session_tokens: Option<u64>,
+    /// `inference.compaction.threshold`: fraction (0 < t <= 1) of the input budget at
+    /// which compaction fires (default 0.8).
+    pub compaction_threshold: f64,
+}
+
+impl Inference {
+    /// The choice named `name`, if declared.
+    pub fn choice(&self, name: &str) -> Option<&DriverChoice> {
+        self.choices.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+}
+
+/// One entry of `inference.choices`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverChoice {
+    /// `driver`: which wire protocol serves this choice.
+    pub driver: DriverKind,
+    /// `model`: the model name sent to the provider (required for `openai`, `anthropic`).
+    pub model: Option<String>,
+    /// `base_url`: the provider's base URL (`openai` default `https://api.openai.com/v1`,
+    /// `anthropic` default `https://api.anthropic.com`).
+    pub base_url: Option<String>,
+    /// `credential`: where the API key comes from; `None`: no `Authorization` header.
+    pub credential: Option<Credential>,
+    /// `script`: for the `script` driver, the replies file relative to the capsule.
+    pub script: Option<PathBuf>,
+    /// `context_window`: the model's context window in tokens; `None`: unknown.
+    pub context_window: Option<u64>,
+    /// `max_output_tokens`: the output cap sent with each call, in tokens.
+    pub max_output_tokens: Option<u64>,
+    /// `max_input_tokens`: the driver's input ceiling in tokens.
+    pub max_input_tokens: Option<u64>,
+    /// `temperature`: sampling temperature sent to the provider, if set.
+    pub temperature: Option<f64>,
+    /// `request_timeout_secs`: whole-request timeout of one call (default 300 s).
+    pub request_timeout_secs: u64,
+    /// `max_retries`: retries of a transient failure (default 4; 0 = no retry).
+    pub max_retries: u32,
+}
+
+/// `driver` of a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    /// OpenAI Chat Completions with function tools.
+    Openai,
+    /// Anthropic Messages with tool use.
+    Anthropic,
+    /// Offline model turns played from a YAML file.
+    Script,
+}
+
+/// `credential`: `{env: VAR}` or `{file: PATH}`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Credential {
+    /// Read from this environment variable at call time.
+    Env(String),
+    /// Read from this file (first line, trimmed) at call time.
+    File(PathBuf),
+}
+
+/// `capabilities`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Capabilities {
+    /// `capabilities.shell.allow`: binaries the agent may run, one tool each.
+    pub shell_allow: Vec<String>,
+    /// `capabilities.peer_fetch`: present (`true` or a map) grants fetch-peer-file.
+    pub peer_fetch: bool,
+    /// `capabilities.spawn.allow`: sub-capsules delegate-task may hand tasks to.
+    pub spawn_allow: Vec<String>,
+    /// `capabilities.plan.submit`: `true` grants submit-plan.
+    pub plan_submit: bool,
+    /// `capabilities.install`: grants pull-artifact and remove-artifact.
+    pub install: Option<Install>,
+    /// `capabilities.network.allow`: hosts the capsule may reach (`localhost`, names).
+    pub network_allow: Vec<String>,
+}
+
+/// `capabilities.install`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Install {
+    /// `install.skill`: skill name patterns the agent may pull.
+    pub skill: Vec<String>,
+    /// `install.tool`: tool name patterns the agent may pull.
+    pub tool: Vec<String>,
+    /// `install.from`: `stores` and/or `sources` (default `[stores]`).
+    pub from: Vec<String>,
+}
+
+/// `exports`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Exports {
+    /// `exports.peer_files`: the export root, relative to the workdir; grants share-file.
+    pub peer_files: Option<PathBuf>,
+}
+
+/// `control`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Control {
+    /// `control.agent_settings`: settings the agent may change; `inference.driver`
+    /// grants switch-driver.
+    pub agent_settings: Vec<String>,
+}
+
+/// `lifecycle`. All durations are whole seconds.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Lifecycle {
+    /// `lifecycle.shell_grace_secs`: seconds after which a shell command moves to the
+    /// background; `None`: never (and no background-command tool).
+    pub shell_grace_secs: Option<u64>,
+    /// `lifecycle.deadline_notice_secs`: the deadline notice margin; `None`: the spec's
+    /// default (300 s, or a tenth of the deadline when shorter, at least 1 s); `Some(0)`:
+    /// no notice.
+    pub deadline_notice_secs: Option<u64>,
+    /// `lifecycle.delegation_deadline_secs`: bound of one member call or delegation;
+    /// `None`: `MURMUR_DELEGATION_TIMEOUT_SECS` or 600.
+    pub delegation_deadline_secs: Option<u64>,
+    /// `lifecycle.keep_working`: nudges sent when the model stops early.
+    pub keep_working: Option<KeepWorking>,
+    /// `lifecycle.done_check`: a command that must pass for a task to end completed.
+    pub done_check: Option<DoneCheck>,
+    /// `lifecycle.max_task_reopens`: the cap on reopens of one task (default 3).
+    pub max_task_reopens: Option<u32>,
+}
+
+/// `lifecycle.keep_working`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeepWorking {
+    /// `limit`: how many messages at most per task.
+    pub limit: u32,
+    /// `message`: the text sent.
+    pub message: String,
+}
+
+/// `lifecycle.done_check`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DoneCheck {
+    /// `command`: argv run in the workdir; exit 0 means done.
+    pub command: Vec<String>,
+    /// `limit`: how many reopens at most per task.
+    pub limit: u32,
+}
+
+/// `task_acceptance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskAcceptance {
+    /// A busy session refuses a new task (`TASK_STATE_REJECTED`).
+    #[default]
+    Reject,
+    /// A busy session queues new tasks, first in first out.
+    Queue,
+}
+
+/// `after_task`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterTask {
+    /// The session sleeps until the next task arrives.
+    Sleep,
+    /// The session ends.
+    Exit,
+}
+
+/// A declared artifact, `scope/name[@version]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactRef {
+    /// The part before the `/`.
+    pub scope: String,
+    /// The bare (tool) name, the part after the `/`.
+    pub name: String,
+    /// The pinned version, if given.
+    pub version: Option<String>,
+}
+
+impl std::fmt::Display for ArtifactRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.scope, self.name)?;
+        if let Some(v) = &self.version {
+            write!(f, "@{v}")?;
+        }
+        Ok(())
+    }
+}

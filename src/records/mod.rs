@@ -1,0 +1,134 @@
+//! Records: `trace.jsonl`, written by one writer thread per session.
+//!
+//! Each record is one JSON object on one line:
+//! `{"ts": "<RFC 3339 UTC, ms>", "seq": N, "session": "ses_…", "task": "tsk_…"|null,
+//! "type": "<record type>", …fields}`. The writer formats the whole line, then writes it
+//! with one `write(2)` to a file opened `O_APPEND`, so a crash may lose the last record
+//! but never leaves a half line before another.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use crossbeam_channel::{unbounded, Sender};
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+/// A handle to a session's trace. Cheap to clone; every clone feeds the same writer.
+#[derive(Clone)]
+pub struct Trace {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    session: String,
+    tx: Mutex<Option<Sender<Line>>>,
+    seq: Mutex<u64>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    path: PathBuf,
+}
+
+struct Line(Vec<u8>);
+
+impl Trace {
+    /// Opens (creates or appends to) `path` and starts the writer thread.
+    ///
+    /// Errors: the file cannot be opened.
+    pub fn open(path: &Path, session: &str) -> std::io::Result<Trace> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let (tx, rx) = unbounded::<Line>();
+        let writer = std::thread::Builder::new()
+            .name("trace-writer".into())
+            .stack_size(64 * 1024)
+            .spawn(move || write_loop(file, rx))?;
+        Ok(Trace {
+            inner: Arc::new(Inner {
+                session: session.to_string(),
+                tx: Mutex::new(Some(tx)),
+                seq: Mutex::new(0),
+                writer: Mutex::new(Some(writer)),
+                path: path.to_path_buf(),
+            }),
+        })
+    }
+
+    /// The session id this trace belongs to.
+    pub fn session(&self) -> &str {
+        &self.inner.session
+    }
+
+    /// The path of `trace.jsonl`.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Appends one record of `kind` for `task` (or the session when `None`) with the
+    /// given fields. Never blocks on the disk; a record sent after [`Trace::close`] is
+    /// dropped with a log line.
+    pub fn record(&self, task: Option<&str>, kind: &str, fields: Map<String, Value>) {
+        let mut obj = Map::new();
+        obj.insert("ts".into(), Value::String(now_rfc3339_ms()));
+        // seq is taken under the same lock as the send so lines are in seq order.
+        let mut seq = self.inner.seq.lock();
+        *seq += 1;
+        obj.insert("seq".into(), Value::from(*seq));
+        obj.insert("session".into(), Value::String(self.inner.session.clone()));
+        obj.insert(
+            "task".into(),
+            task.map_or(Value::Null, |t| Value::String(t.to_string())),
+        );
+        obj.insert("type".into(), Value::String(kind.to_string()));
+        for (k, v) in fields {
+            obj.insert(k, v);
+        }
+        let mut line = serde_json::to_vec(&Value::Object(obj)).unwrap_or_default();
+        line.push(b'\n');
+        match self.inner.tx.lock().as_ref() {
+            Some(tx) => {
+                let _ = tx.send(Line(line));
+            }
+            None => log::warn!("trace closed; dropped a {kind} record"),
+        }
+    }
+
+    /// Closes the channel and waits until every record sent so far is on disk.
+    pub fn close(&self) {
+        self.inner.tx.lock().take();
+        if let Some(h) = self.inner.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn write_loop(mut file: File, rx: crossbeam_channel::Receiver<Line>) {
+    for Line(bytes) in rx {
+        if let Err(e) = file.write_all(&bytes) {
+            log::error!("cannot write trace record: {e}");
+        }
+    }
+    let _ = file.sync_all();
+}
+
+/// Now as RFC 3339 UTC with milliseconds, e.g. `2026-10-20T14:00:00.123Z`.
+pub fn now_rfc3339_ms() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// A time as RFC 3339 UTC to the second, e.g. `2026-10-20T14:00:00Z`.
+pub fn rfc3339_secs(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Builds a field map from `key => value` pairs: `fields!{"a" => 1, "b" => "x"}`.
+#[macro_export]
+macro_rules! fields {
+    () => { serde_json::Map::new() };
+    ($($k:expr => $v:expr),+ $(,)?) => {{
+        let mut m = serde_json::Map::new();
+        $( m.insert(String::from($k), serde_json::json!($v)); )+
+        m
+    }};
+}
