@@ -1,1 +1,125 @@
-//! clap
+//! The command line (clap derive). Parsed arguments are turned into validated
+//! configuration before any thread starts.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// mur: run LLM agents with tools, supervise their processes, record every event.
+///
+/// A capsule is a directory with a `murmur.yaml`. `mur run` stages it, runs one task
+/// and prints the answer on stdout. Every event of the session is written to
+/// `trace.jsonl` in its records directory.
+#[derive(Debug, Parser)]
+#[command(name = "mur", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands of `mur`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one task in a capsule and print the answer.
+    ///
+    /// The task comes from --task, --task-file, or standard input when neither is
+    /// given. The answer is written to stdout and to out/result.txt in the session's
+    /// records directory. Exit status: 0 completed, 1 failed or no answer, 2 usage or
+    /// manifest error, 3 deadline or ceiling, 130 interrupted.
+    ///
+    /// $ mur run examples/hello --task "How many files are there?"
+    Run(RunArgs),
+    /// Validate a capsule's murmur.yaml and print every error.
+    ///
+    /// Prints each error as FILE:LINE:COLUMN: KEY.PATH: MESSAGE. Exit status 0 when the
+    /// manifest is valid, 2 otherwise.
+    ///
+    /// $ mur check examples/hello
+    Check(CheckArgs),
+    /// Stage a capsule: write its runtime directory and print the tool inventory.
+    ///
+    /// $ mur stage examples/hello
+    Stage(StageArgs),
+    /// Generate man pages or shell completions from this binary's own CLI definition.
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `mur run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The capsule directory (or its murmur.yaml). Default: the current directory.
+    #[arg(value_name = "CAPSULE")]
+    pub capsule: Option<PathBuf>,
+    /// The task text.
+    #[arg(long, value_name = "TEXT", conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// Read the task text from FILE.
+    #[arg(long, value_name = "FILE")]
+    pub task_file: Option<PathBuf>,
+    /// When the runtime ends the session: an RFC 3339 time (2026-10-20T14:00:00Z) or a
+    /// duration from now (90s, 15m, 2h). Default: no deadline.
+    #[arg(long, value_name = "RFC3339|DURATION")]
+    pub deadline: Option<String>,
+    /// The driver choice (a key of inference.choices) that serves the session.
+    /// Default: inference.driver.
+    #[arg(long, value_name = "CHOICE")]
+    pub driver: Option<String>,
+    /// Write the session's records (trace.jsonl, logs/, out/) under DIR instead of
+    /// $MURMUR_HOME/records/<capsule path>/<session id>.
+    #[arg(long, value_name = "DIR")]
+    pub records_dir: Option<PathBuf>,
+}
+
+/// `mur check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The capsule directory (or its murmur.yaml).
+    #[arg(value_name = "CAPSULE")]
+    pub capsule: PathBuf,
+}
+
+/// `mur stage`.
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// The capsule directory (or its murmur.yaml).
+    #[arg(value_name = "CAPSULE")]
+    pub capsule: PathBuf,
+}
+
+/// `mur generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// What to generate.
+    #[command(subcommand)]
+    pub what: GenerateWhat,
+}
+
+/// What `mur generate` writes.
+#[derive(Debug, Subcommand)]
+pub enum GenerateWhat {
+    /// Man pages: mur.1 and one mur-SUBCOMMAND.1 per subcommand, into DIR.
+    Man {
+        /// The output directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// A shell completion script, on stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+/// Shells with completion scripts.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Shell {
+    /// GNU bash.
+    Bash,
+    /// Z shell.
+    Zsh,
+    /// fish.
+    Fish,
+}
