@@ -12,6 +12,8 @@ pub mod ids;
 pub mod inference;
 pub mod manifest;
 pub mod records;
+pub mod progress;
 pub mod session;
+pub mod signals;
 pub mod staging;
 pub mod tools;

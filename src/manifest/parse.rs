@@ -45,3 +45,9 @@ pub fn parse_str(_text: &str, _file: &str) -> Result<Manifest, ManifestError> {
         diagnostics: vec![],
     })
 }
+
+impl std::fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: {}: {}", self.file, self.line, self.column, self.path, self.message)
+    }
+}

@@ -1,1 +1,212 @@
-//! staging
+//! Staging: turning a capsule into a ready session: the runtime directory, the tool
+//! inventory, `tools/<name>/murmur.yaml` for each tool, and the checks that refuse a
+//! capsule before anything runs (E-CAP-013 and friends).
+//!
+//! The gate of a runtime-provided tool is whether its manifest file is written at all
+//! (spec, "The grant is the tool's existence"): with the grant absent, staging writes
+//! nothing under `tools/<name>/`, the tool is absent from the inventory and from
+//! `session_start`'s `tools_declared`, and a call naming it is refused with a message
+//! naming the missing declaration.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::manifest::{Manifest, Transport};
+use crate::tools::{self, ToolEntry, RESERVED};
+
+/// A staged capsule.
+#[derive(Debug)]
+pub struct Staged {
+    /// The session id, `ses_…`.
+    pub session_id: String,
+    /// The capsule directory, absolute.
+    pub capsule_dir: PathBuf,
+    /// The accessible workdir, absolute.
+    pub workdir: PathBuf,
+    /// `$MURMUR_HOME/run/<session id>/`.
+    pub runtime_dir: PathBuf,
+    /// The tool inventory, in the order the model is offered it.
+    pub inventory: Vec<ToolEntry>,
+}
+
+/// Why a capsule cannot be staged.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// A declared artifact uses a reserved tool name.
+    #[error("E-CAP-013: {field}: `{artifact}` is refused: `{name}` is a reserved runtime-provided tool name; rename the artifact")]
+    Reserved {
+        /// `tools` or `skills`.
+        field: &'static str,
+        /// The declared full name.
+        artifact: String,
+        /// The bare name.
+        name: String,
+    },
+    /// The capsule grants a tool this build does not provide.
+    #[error("{grant} grants `{tool}`, which this build of mur does not provide; remove the grant to run this capsule")]
+    Unsupported {
+        /// The declaration.
+        grant: String,
+        /// The tool it would create.
+        tool: String,
+    },
+    /// Something else this build cannot stage.
+    #[error("{0}")]
+    Other(String),
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// `$MURMUR_HOME`, or `~/.murmur` when unset.
+pub fn murmur_home() -> PathBuf {
+    match std::env::var_os("MURMUR_HOME") {
+        Some(h) if !h.is_empty() => PathBuf::from(h),
+        _ => std::env::var_os("HOME").map_or_else(|| PathBuf::from(".murmur"), |h| PathBuf::from(h).join(".murmur")),
+    }
+}
+
+/// A capsule argument resolved: its directory and its `murmur.yaml`.
+///
+/// Accepts the directory or the manifest file itself.
+pub fn resolve_capsule(arg: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
+    let abs = std::path::absolute(arg)?;
+    if abs.is_dir() {
+        let m = abs.join("murmur.yaml");
+        if !m.is_file() {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} has no murmur.yaml", abs.display())));
+        }
+        Ok((abs, m))
+    } else if abs.is_file() {
+        let dir = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+        Ok((dir, abs))
+    } else {
+        Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{}: no such capsule directory or murmur.yaml", abs.display())))
+    }
+}
+
+/// The records directory of a session by default:
+/// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
+pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) -> PathBuf {
+    let rel = capsule_dir.strip_prefix("/").unwrap_or(capsule_dir);
+    home.join("records").join(rel).join(session_id)
+}
+
+/// Checks the manifest and builds the inventory, without writing anything.
+///
+/// Order: E-CAP-013 on every declared artifact first (before anything is pulled), then
+/// what this build cannot run.
+pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
+    for (field, list) in [("tools", &m.tools), ("skills", &m.skills)] {
+        for a in list {
+            if RESERVED.contains(&a.name.as_str()) {
+                return Err(StageError::Reserved { field, artifact: a.to_string(), name: a.name.clone() });
+            }
+        }
+    }
+    if m.transport == Transport::Process {
+        return Err(StageError::Other("transport: process (an external harness) is not supported by this build of mur; use transport: http".into()));
+    }
+    let Some(_inference) = &m.inference else {
+        return Err(StageError::Other("this capsule has no inference: block (a script capsule); this build of mur runs agent capsules only".into()));
+    };
+    let unsupported = |grant: &str, tool: &str| Err(StageError::Unsupported { grant: grant.into(), tool: tool.into() });
+    let c = &m.capabilities;
+    if m.exports.peer_files.is_some() {
+        return unsupported("exports.peer_files", "share-file");
+    }
+    if c.peer_fetch {
+        return unsupported("capabilities.peer_fetch", "fetch-peer-file");
+    }
+    if !c.spawn_allow.is_empty() {
+        return unsupported("capabilities.spawn.allow", "delegate-task");
+    }
+    if c.plan_submit {
+        return unsupported("capabilities.plan.submit", "submit-plan");
+    }
+    if m.control.agent_settings.iter().any(|s| s == "inference.driver") {
+        return unsupported("control.agent_settings: [inference.driver]", "switch-driver");
+    }
+    if c.install.is_some() {
+        return unsupported("capabilities.install", "pull-artifact");
+    }
+    if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
+        return unsupported("lifecycle.shell_grace_secs", "background-command");
+    }
+    if let Some(a) = m.tools.first().or(m.skills.first()) {
+        return Err(StageError::Other(format!(
+            "`{a}` is declared, but this build of mur has no artifact store to pull it from; remove it from tools:/skills:"
+        )));
+    }
+    let mut inv: Vec<ToolEntry> = c.shell_allow.iter().map(|b| tools::shell::entry(b)).collect();
+    inv.push(tools::session_status::entry());
+    Ok(inv)
+}
+
+/// The manifest staging writes for a runtime-provided tool.
+#[derive(Serialize)]
+struct ToolManifest<'a> {
+    name: &'a str,
+    version: &'static str,
+    runtime: &'static str,
+    implementation: &'static str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+/// Stages a validated manifest: checks it, then writes
+/// `$MURMUR_HOME/run/<session id>/murmur.yaml` (the manifest as staged) and
+/// `tools/<name>/murmur.yaml` for each tool of the inventory.
+pub fn stage(home: &Path, capsule_dir: &Path, manifest_text: &str, m: &Manifest) -> Result<Staged, StageError> {
+    let inventory = inventory(m)?;
+    let session_id = crate::ids::session_id();
+    let runtime_dir = home.join("run").join(&session_id);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StageError::Io { path, source }
+    };
+    std::fs::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
+    let staged_manifest = runtime_dir.join("murmur.yaml");
+    std::fs::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
+    for t in &inventory {
+        let dir = runtime_dir.join("tools").join(&t.name);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let doc = ToolManifest {
+            name: &t.name,
+            version: "0.0.0",
+            runtime: "tool",
+            implementation: "native",
+            description: &t.description,
+            input_schema: &t.input_schema,
+        };
+        let text = serde_yaml_ng::to_string(&doc).map_err(|e| StageError::Other(format!("cannot write the manifest of {}: {e}", t.name)))?;
+        let file = dir.join("murmur.yaml");
+        std::fs::write(&file, text).map_err(io(&file))?;
+    }
+    let workdir = capsule_dir.join(&m.workdir);
+    let workdir = workdir.canonicalize().map_err(|e| StageError::Other(format!("workdir {}: {e}", workdir.display())))?;
+    Ok(Staged { session_id, capsule_dir: capsule_dir.to_path_buf(), workdir, runtime_dir, inventory })
+}
+
+/// The message for a call naming a tool that is not in the inventory: names the
+/// declaration that is missing for a runtime-provided tool.
+pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
+    let names: Vec<&str> = inventory.iter().map(|t| t.name.as_str()).collect();
+    match tools::grant_of(name) {
+        Some(grant) => format!(
+            "tool `{name}` does not exist in this session: it exists only when the capsule declares {grant}; the tools are: {}",
+            names.join(", ")
+        ),
+        None => format!(
+            "tool `{name}` does not exist in this session: a shell binary is a tool only when capabilities.shell.allow lists it; the tools are: {}",
+            names.join(", ")
+        ),
+    }
+}

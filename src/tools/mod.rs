@@ -1,6 +1,91 @@
 //! Tools: the inventory the model is offered and the runtime-provided tools, one file
-//! per tool.
+//! per tool (spec: "Runtime-provided tools").
 
 pub mod result;
+pub mod session_status;
+pub mod shell;
+
+use serde_json::Value;
 
 pub use result::{fence, Status, ToolResult};
+
+/// The eleven reserved runtime-provided tool names (spec, "Reserved names"). A declared
+/// artifact whose bare name is one of these is refused with E-CAP-013.
+pub const RESERVED: [&str; 11] = [
+    "share-file",
+    "fetch-peer-file",
+    "delegate-task",
+    "submit-plan",
+    "switch-driver",
+    "call-member",
+    "end-without-answer",
+    "pull-artifact",
+    "remove-artifact",
+    "session-status",
+    "background-command",
+];
+
+/// The declaration that makes a runtime-provided tool exist (spec, table "The twelve").
+pub fn grant_of(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "share-file" => "exports.peer_files",
+        "fetch-peer-file" => "capabilities.peer_fetch",
+        "delegate-task" => "capabilities.spawn.allow",
+        "submit-plan" => "capabilities.plan.submit",
+        "switch-driver" => "control.agent_settings: [inference.driver]",
+        "call-member" | "end-without-answer" => "a reachability rule in the formation's roster.yaml that lets this member call another",
+        "pull-artifact" | "remove-artifact" => "capabilities.install, under transport: http",
+        "session-status" => "an inference: block",
+        "background-command" => "an inference: block, a non-empty capabilities.shell.allow and lifecycle.shell_grace_secs",
+        _ => return None,
+    })
+}
+
+/// What answers a tool in the inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolKind {
+    /// A shell binary from `capabilities.shell.allow`, run directly (argv, no shell).
+    Shell {
+        /// The binary's name, looked up on `PATH`.
+        binary: String,
+    },
+    /// session-status.
+    SessionStatus,
+}
+
+/// One entry of the tool inventory: what the model is offered and what staging writes
+/// to `tools/<name>/murmur.yaml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolEntry {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: Value,
+    /// What answers it.
+    pub kind: ToolKind,
+}
+
+impl ToolEntry {
+    /// The spec the model is sent.
+    pub fn spec(&self) -> crate::inference::ToolSpec {
+        crate::inference::ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+        }
+    }
+}
+
+/// Describes a JSON value's type for error messages: `a string`, `an object`, ….
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,125 @@
+//! A builder harness that writes a capsule into a temporary directory and runs the real
+//! `mur` binary against it, with `MURMUR_HOME` in the same temporary directory.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A capsule under construction, and the place its sessions write to.
+pub struct Capsule {
+    pub root: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub records: PathBuf,
+}
+
+/// What a run left behind.
+pub struct Run {
+    pub output: Output,
+    pub records: PathBuf,
+}
+
+impl Capsule {
+    /// An empty capsule directory with a `work/` workdir.
+    pub fn new() -> Capsule {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("capsule");
+        std::fs::create_dir_all(dir.join("work")).unwrap();
+        let home = root.path().join("home");
+        let records = root.path().join("records");
+        Capsule { root, dir, home, records }
+    }
+
+    /// Writes `murmur.yaml`.
+    pub fn manifest(self, yaml: &str) -> Capsule {
+        std::fs::write(self.dir.join("murmur.yaml"), yaml).unwrap();
+        self
+    }
+
+    /// A script-driver capsule with the given shell allowlist and extra manifest text
+    /// (appended at the top level), playing `script`.
+    pub fn scripted(shell: &[&str], extra: &str, script: &str) -> Capsule {
+        let allow = shell.join(", ");
+        let caps = if shell.is_empty() { String::new() } else { format!("capabilities:\n  shell:\n    allow: [{allow}]\n") };
+        let m = format!(
+            "name: test\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {{driver: script, script: replies.yaml}}\n{caps}{extra}"
+        );
+        Capsule::new().manifest(&m).file("replies.yaml", script)
+    }
+
+    /// Writes a file relative to the capsule directory.
+    pub fn file(self, rel: &str, text: &str) -> Capsule {
+        let p = self.dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+        self
+    }
+
+    /// A `mur` command with `MURMUR_HOME` set to this capsule's home.
+    pub fn mur(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
+        c.env("MURMUR_HOME", &self.home).env_remove("RUST_LOG").env_remove("MURMUR_DELEGATION_TIMEOUT_SECS");
+        c
+    }
+
+    /// `mur run CAPSULE --records-dir RECORDS --task TASK EXTRA…`.
+    pub fn run(&self, task: &str, extra: &[&str]) -> Run {
+        let output = self
+            .mur()
+            .arg("run")
+            .arg(&self.dir)
+            .arg("--records-dir")
+            .arg(&self.records)
+            .args(["--task", task])
+            .args(extra)
+            .output()
+            .expect("run mur");
+        Run { output, records: self.records.clone() }
+    }
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+    /// Every record of trace.jsonl; panics if a line does not parse.
+    pub fn trace(&self) -> Vec<Value> {
+        read_trace(&self.records)
+    }
+    /// The records of one type.
+    pub fn records(&self, kind: &str) -> Vec<Value> {
+        self.trace().into_iter().filter(|r| r["type"] == kind).collect()
+    }
+    /// The one record of a type.
+    pub fn one(&self, kind: &str) -> Value {
+        let r = self.records(kind);
+        assert_eq!(r.len(), 1, "expected one {kind} record, got {}: {}", r.len(), self.dump());
+        r.into_iter().next().unwrap()
+    }
+    /// The text the model was given for each tool call, in order.
+    pub fn tool_texts(&self) -> Vec<String> {
+        self.records("tool_call").iter().map(|r| r["content"].as_str().unwrap().to_string()).collect()
+    }
+    pub fn result_txt(&self) -> String {
+        std::fs::read_to_string(self.records.join("out/result.txt")).unwrap()
+    }
+    /// Everything useful for a failed assertion.
+    pub fn dump(&self) -> String {
+        let trace = std::fs::read_to_string(self.records.join("trace.jsonl")).unwrap_or_default();
+        format!("exit {:?}\nstdout:\n{}\nstderr:\n{}\ntrace:\n{}", self.output.status, self.stdout(), self.stderr(), trace)
+    }
+}
+
+/// Reads and parses every line of `dir/trace.jsonl`.
+pub fn read_trace(dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace.jsonl");
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("trace line does not parse: {e}: {l}"))).collect()
+}
