@@ -214,9 +214,11 @@ fn max_session_tokens_ends_the_task_with_spend_ceiling() {
     let script = "- tool_calls: [{name: session-status}]\n  usage: {input: 900, output: 200}\n- text: never\n";
     let c = Capsule::scripted(&[], "", script);
     let m = std::fs::read_to_string(c.dir.join("murmur.yaml")).unwrap().replace("inference:\n", "inference:\n  max_session_tokens: 1000\n");
-    let run = c.manifest(&m).run("t", &[]);
+    let c = c.manifest(&m);
+    let run = c.run("t", &[]);
     assert_eq!(run.code(), 3, "{}", run.dump());
     assert_eq!(run.one("task_end")["exit_status"], "spend_ceiling");
+    assert!(run.stderr().contains("inference.max_session_tokens (1000) reached: 1100 tokens spent"), "{}", run.stderr());
 }
 
 #[test]
