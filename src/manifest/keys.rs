@@ -1,0 +1,100 @@
+//! Every key and enumerated value the manifest accepts, level by level.
+//!
+//! The walker in [`super::parse`] reads keys only from these lists (checked in debug
+//! builds) and reports any other key as unknown with the nearest of them, so the
+//! parser and its "did you mean" can never disagree. Order is the order of the key
+//! reference in [`super::types`] and of "expected one of" hints.
+
+/// Top level of `murmur.yaml`.
+pub const ROOT: &[&str] = &[
+    "name",
+    "description",
+    "transport",
+    "prompt",
+    "workdir",
+    "inference",
+    "capabilities",
+    "exports",
+    "control",
+    "lifecycle",
+    "task_acceptance",
+    "after_task",
+    "tools",
+    "skills",
+];
+
+/// `prompt`.
+pub const PROMPT: &[&str] = &["system", "system_file"];
+
+/// `inference`.
+pub const INFERENCE: &[&str] = &[
+    "driver",
+    "choices",
+    "max_turns",
+    "max_session_tokens",
+    "compaction",
+];
+
+/// `inference.compaction`.
+pub const COMPACTION: &[&str] = &["threshold"];
+
+/// One entry of `inference.choices`.
+pub const CHOICE: &[&str] = &[
+    "driver",
+    "model",
+    "base_url",
+    "credential",
+    "script",
+    "context_window",
+    "max_output_tokens",
+    "max_input_tokens",
+    "temperature",
+    "request_timeout_secs",
+    "max_retries",
+];
+
+/// `credential` of a choice (exactly one of them).
+pub const CREDENTIAL: &[&str] = &["env", "file"];
+
+/// `capabilities`.
+pub const CAPABILITIES: &[&str] = &["shell", "peer_fetch", "spawn", "plan", "install", "network"];
+
+/// `capabilities.shell`, `capabilities.spawn` and `capabilities.network`.
+pub const ALLOW: &[&str] = &["allow"];
+
+/// `capabilities.peer_fetch` in its map form: no keys yet (`{}` grants).
+pub const PEER_FETCH: &[&str] = &[];
+
+/// `capabilities.plan`.
+pub const PLAN: &[&str] = &["submit"];
+
+/// `capabilities.install`.
+pub const INSTALL: &[&str] = &["skill", "tool", "from"];
+
+/// `exports`.
+pub const EXPORTS: &[&str] = &["peer_files"];
+
+/// `control`.
+pub const CONTROL: &[&str] = &["agent_settings"];
+
+/// `lifecycle`.
+pub const LIFECYCLE: &[&str] = &[
+    "shell_grace_secs",
+    "deadline_notice_secs",
+    "delegation_deadline_secs",
+    "keep_working",
+    "done_check",
+    "max_task_reopens",
+];
+
+/// `lifecycle.keep_working`.
+pub const KEEP_WORKING: &[&str] = &["limit", "message"];
+
+/// `lifecycle.done_check`.
+pub const DONE_CHECK: &[&str] = &["command", "limit"];
+
+/// Values of `control.agent_settings`: the settings an agent may be allowed to change.
+pub const AGENT_SETTINGS: &[&str] = &["inference.driver"];
+
+/// Values of `capabilities.install.from`.
+pub const INSTALL_FROM: &[&str] = &["stores", "sources"];
