@@ -6,8 +6,10 @@
 
 pub mod keys;
 pub mod parse;
+mod sections;
 mod suggest;
 pub mod types;
+mod walk;
 mod yaml;
 
 pub use parse::{load, parse_str, Diagnostic, ManifestError};
