@@ -444,3 +444,38 @@ fn unreadable_file_has_no_position() {
         "{err}"
     );
 }
+
+#[test]
+fn key_at_the_wrong_level_is_pointed_home() {
+    assert_eq!(
+        errors("name: a\nmax_turns: 3\nlifecycle: {allow: [ls]}\n"),
+        [
+            "murmur.yaml:2:1: unknown key `max_turns` (`max_turns` belongs under `inference`)",
+            "murmur.yaml:3:13: lifecycle: unknown key `allow` (`allow` belongs under `capabilities.shell` or `capabilities.spawn` or `capabilities.network`)",
+        ]
+    );
+}
+
+#[test]
+fn empty_value_is_reported_at_its_key() {
+    assert_eq!(
+        errors("name: a\ndescription:\ntransport: http\n"),
+        ["murmur.yaml:2:1: description: expected a string, found nothing (null)"]
+    );
+}
+
+#[test]
+fn complex_key_is_reported_once() {
+    assert_eq!(
+        errors("name: a\n[x]: 1\n"),
+        ["murmur.yaml:2:1: a key must be a plain string"]
+    );
+}
+
+#[test]
+fn second_document_is_refused() {
+    assert_eq!(
+        errors("name: a\n---\nname: b\n"),
+        ["murmur.yaml:2:1: a manifest is one YAML document; remove the second `---`"]
+    );
+}

@@ -28,6 +28,28 @@ pub fn list(known: &[&str]) -> String {
         .join(", ")
 }
 
+/// The hint appended to an "unknown key" message: the nearest key of this level, else
+/// the level(s) where the key does belong, else the keys of this level.
+pub fn key_hint(key: &str, known: &'static [&'static str]) -> String {
+    if nearest(key, known).is_none() {
+        let homes = crate::manifest::keys::homes_of(key, known);
+        if !homes.is_empty() {
+            let homes: Vec<String> = homes
+                .iter()
+                .map(|h| {
+                    if h.is_empty() {
+                        "the top level".to_string()
+                    } else {
+                        format!("`{h}`")
+                    }
+                })
+                .collect();
+            return format!(" (`{key}` belongs under {})", homes.join(" or "));
+        }
+    }
+    hint(key, known)
+}
+
 /// The parenthesised hint appended to "unknown ..." messages: the nearest known word,
 /// or every known word, or that nothing is accepted at all.
 pub fn hint(word: &str, known: &[&str]) -> String {

@@ -9,7 +9,7 @@ use std::path::{Component, PathBuf};
 
 use super::parse::Diagnostic;
 use super::suggest;
-use super::yaml::{Entry, Kind, Node, Pos, Value};
+use super::yaml::{Entry, Kind, Node, Pos, Value, COMPLEX_KEY};
 
 /// The walk's state: the file name and what has been found wrong so far.
 pub(super) struct Cx<'f> {
@@ -285,11 +285,15 @@ impl<'n> Field<'n, '_> {
     pub(super) fn obj(&self, cx: &mut Cx, known: &'static [&'static str]) -> Option<Obj<'n>> {
         let entries = self.entries(cx)?;
         for e in entries {
-            if !known.contains(&e.key.as_str()) {
+            if !known.contains(&e.key.as_str()) && e.key != COMPLEX_KEY {
                 cx.err(
                     e.key_pos,
                     self.path,
-                    format!("unknown key `{}`{}", e.key, suggest::hint(&e.key, known)),
+                    format!(
+                        "unknown key `{}`{}",
+                        e.key,
+                        suggest::key_hint(&e.key, known)
+                    ),
                 );
             }
         }

@@ -10,6 +10,9 @@ use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 /// The YAML core schema's tag prefix, what `!!` expands to.
 const CORE_TAG: &str = "tag:yaml.org,2002:";
 
+/// The key recorded for a mapping key that is not a scalar (already reported).
+pub const COMPLEX_KEY: &str = "<complex key>";
+
 /// A 1-based line and column in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Pos {
@@ -250,17 +253,28 @@ impl Builder {
                 pending_key,
                 ..
             }) => match pending_key.take() {
-                Some((key, key_pos)) => entries.push(Entry {
-                    key,
-                    key_pos,
-                    value: node,
-                }),
+                Some((key, key_pos)) => {
+                    let mut value = node;
+                    // An empty value is marked where the parser noticed it, often the
+                    // next line; its key is where a reader looks.
+                    if matches!(&value.value, Value::Scalar(s) if s.plain && s.text.is_empty()) {
+                        value.pos = key_pos;
+                    }
+                    entries.push(Entry {
+                        key,
+                        key_pos,
+                        value,
+                    });
+                }
                 None => match node.value {
                     Value::Scalar(s) => *pending_key = Some((s.text, node.pos)),
                     _ => {
-                        // Keep the map's shape: a placeholder key nobody knows.
-                        *pending_key = Some(("<complex key>".into(), node.pos));
-                        self.error(node.pos, "a key must be a plain string".into());
+                        let pos = node.pos;
+                        self.error(pos, "a key must be a plain string".into());
+                        // Keep the map's shape with a placeholder key.
+                        if let Some(Frame::Map { pending_key, .. }) = self.stack.last_mut() {
+                            *pending_key = Some((COMPLEX_KEY.into(), pos));
+                        }
                     }
                 },
             },
