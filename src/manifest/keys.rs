@@ -98,3 +98,35 @@ pub const AGENT_SETTINGS: &[&str] = &["inference.driver"];
 
 /// Values of `capabilities.install.from`.
 pub const INSTALL_FROM: &[&str] = &["stores", "sources"];
+
+/// Every mapping with a fixed key list, by its key path (`N` stands for a choice name),
+/// so a key written at the wrong level can be pointed to its home.
+pub const LEVELS: &[(&str, &[&str])] = &[
+    ("", ROOT),
+    ("prompt", PROMPT),
+    ("inference", INFERENCE),
+    ("inference.compaction", COMPACTION),
+    ("inference.choices.N", CHOICE),
+    ("inference.choices.N.credential", CREDENTIAL),
+    ("capabilities", CAPABILITIES),
+    ("capabilities.shell", ALLOW),
+    ("capabilities.spawn", ALLOW),
+    ("capabilities.network", ALLOW),
+    ("capabilities.plan", PLAN),
+    ("capabilities.install", INSTALL),
+    ("exports", EXPORTS),
+    ("control", CONTROL),
+    ("lifecycle", LIFECYCLE),
+    ("lifecycle.keep_working", KEEP_WORKING),
+    ("lifecycle.done_check", DONE_CHECK),
+];
+
+/// The levels other than `here` where `key` is a known key, for a hint such as
+/// "`max_turns` belongs under `inference`".
+pub fn homes_of(key: &str, here: &[&str]) -> Vec<&'static str> {
+    LEVELS
+        .iter()
+        .filter(|(_, known)| *known != here && known.contains(&key))
+        .map(|(path, _)| *path)
+        .collect()
+}

@@ -1,49 +1,167 @@
-//! Parser placeholder (the manifest helper fills this in).
+//! Reading and validating `murmur.yaml`.
+//!
+//! The text is parsed into a spanned tree (`yaml.rs`), then walked once against the
+//! key lists of [`super::keys`]. Every problem becomes a [`Diagnostic`] and the walk goes
+//! on, so one run reports all of them, in file order. Any diagnostic at all means no
+//! [`Manifest`]: a misspelt grant can never widen what a capsule is allowed.
+
+use std::fmt;
 use std::path::Path;
 
+use super::sections;
 use super::types::Manifest;
+use super::walk::Cx;
+use super::yaml::{self, Pos};
 
-/// One validation error.
+pub use super::sections::{
+    DEFAULT_COMPACTION_THRESHOLD, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT_SECS,
+};
+
+/// One problem in a manifest, with where it is.
+///
+/// Displays as `FILE:LINE:COLUMN: KEY.PATH: MESSAGE`; the key path is left out when
+/// empty (the top level), and `LINE:COLUMN` when the file could not be read at all.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diagnostic {
-    /// The file.
+    /// The file, as given to [`load`] or [`parse_str`].
     pub file: String,
-    /// 1-based line.
+    /// 1-based line; 0 when the problem has no position (an unreadable file).
     pub line: usize,
-    /// 1-based column.
+    /// 1-based column, in characters; 0 when the problem has no position.
     pub column: usize,
-    /// The key path, e.g. `inference.choices.main.driver`.
+    /// The key path, e.g. `inference.choices.main.driver`, with `[i]` for the i-th
+    /// (0-based) list item, e.g. `capabilities.shell.allow[2]`. A bad value names its
+    /// own key; an unknown, duplicate or missing key names the mapping that holds it
+    /// (empty at the top level).
     pub path: String,
-    /// What is wrong and how to fix it.
+    /// What is wrong and how to fix it: lowercase, no trailing period.
     pub message: String,
 }
 
-/// Every error of a manifest.
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:", self.file)?;
+        if self.line > 0 {
+            write!(f, "{}:{}:", self.line, self.column)?;
+        }
+        if !self.path.is_empty() {
+            write!(f, " {}:", self.path)?;
+        }
+        write!(f, " {}", self.message)
+    }
+}
+
+/// Every problem of a manifest; returned instead of a [`Manifest`] when there is any.
+///
+/// Displays one [`Diagnostic`] per line, in file order (line, then column).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ManifestError {
-    /// The diagnostics, in file order.
+    /// The diagnostics, in file order; never empty.
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Reads and validates `path`.
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.diagnostics.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// Reads and validates the manifest at `path`.
+///
+/// # Errors
+///
+/// A [`ManifestError`] with one position-less diagnostic when the file cannot be read,
+/// otherwise every diagnostic of [`parse_str`]; diagnostics name the file as
+/// `path.display()`.
 pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+    let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
         diagnostics: vec![Diagnostic {
-            file: path.display().to_string(),
+            file: file.clone(),
             line: 0,
             column: 0,
             path: String::new(),
-            message: e.to_string(),
+            message: format!("cannot read the manifest: {e}"),
         }],
     })?;
-    parse_str(&text, &path.display().to_string())
+    parse_str(&text, &file)
 }
 
 /// Validates manifest text; `file` names it in diagnostics.
-pub fn parse_str(_text: &str, _file: &str) -> Result<Manifest, ManifestError> {
-    Err(ManifestError {
-        diagnostics: vec![],
-    })
+///
+/// Fills in the documented defaults (see [`super::types`]).
+///
+/// # Errors
+///
+/// A [`ManifestError`] holding every problem found, in file order: YAML syntax errors
+/// (tabs in indentation among them), unknown keys (with the nearest known key),
+/// duplicate keys, wrong types, values out of range and cross-key rules. A syntax error
+/// stops the walk, so only syntax problems are reported for such a file.
+pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
+    let mut cx = Cx {
+        file,
+        diags: Vec::new(),
+    };
+    let manifest = match yaml::parse(text) {
+        Err(e) => {
+            syntax_diagnostics(&mut cx, text, &e);
+            None
+        }
+        Ok((root, tree_errors)) => {
+            for e in tree_errors {
+                cx.err(e.pos, &e.path, e.message);
+            }
+            match root {
+                None => {
+                    cx.err(
+                        Pos { line: 1, column: 1 },
+                        "",
+                        "empty manifest: missing required key `name`",
+                    );
+                    None
+                }
+                Some(root) => sections::manifest(&mut cx, &root),
+            }
+        }
+    };
+    let mut diagnostics = cx.diags;
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    diagnostics.dedup();
+    match manifest {
+        Some(m) if diagnostics.is_empty() => Ok(m),
+        _ => {
+            debug_assert!(!diagnostics.is_empty(), "a failed walk left no diagnostic");
+            Err(ManifestError { diagnostics })
+        }
+    }
+}
+
+/// Reports a YAML syntax error: one diagnostic per tab-indented line (the usual cause),
+/// plus the scanner's own error when it is not on one of those lines.
+fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
+    let mut tab_lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let indent: &str = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+        if let Some(col) = indent.chars().position(|c| c == '\t') {
+            let pos = Pos {
+                line: i + 1,
+                column: col + 1,
+            };
+            cx.err(pos, "", "YAML indentation must use spaces, not tabs");
+            tab_lines.push(i + 1);
+        }
+    }
+    if !tab_lines.contains(&e.pos.line) {
+        cx.err(e.pos, "", format!("invalid YAML: {}", e.message));
+    }
 }
 
 impl std::fmt::Display for Diagnostic {

@@ -28,6 +28,28 @@ pub fn list(known: &[&str]) -> String {
         .join(", ")
 }
 
+/// The hint appended to an "unknown key" message: the nearest key of this level, else
+/// the level(s) where the key does belong, else the keys of this level.
+pub fn key_hint(key: &str, known: &'static [&'static str]) -> String {
+    if nearest(key, known).is_none() {
+        let homes = crate::manifest::keys::homes_of(key, known);
+        if !homes.is_empty() {
+            let homes: Vec<String> = homes
+                .iter()
+                .map(|h| {
+                    if h.is_empty() {
+                        "the top level".to_string()
+                    } else {
+                        format!("`{h}`")
+                    }
+                })
+                .collect();
+            return format!(" (`{key}` belongs under {})", homes.join(" or "));
+        }
+    }
+    hint(key, known)
+}
+
 /// The parenthesised hint appended to "unknown ..." messages: the nearest known word,
 /// or every known word, or that nothing is accepted at all.
 pub fn hint(word: &str, known: &[&str]) -> String {
@@ -46,11 +68,17 @@ mod tests {
     fn close_words_are_suggested() {
         assert_eq!(nearest("shel", &["shell", "spawn", "plan"]), Some("shell"));
         assert_eq!(
-            nearest("shell_grace_sec", &["shell_grace_secs", "deadline_notice_secs"]),
+            nearest(
+                "shell_grace_sec",
+                &["shell_grace_secs", "deadline_notice_secs"]
+            ),
             Some("shell_grace_secs")
         );
         assert_eq!(nearest("Name", &["name", "description"]), Some("name"));
-        assert_eq!(nearest("opanai", &["openai", "anthropic", "script"]), Some("openai"));
+        assert_eq!(
+            nearest("opanai", &["openai", "anthropic", "script"]),
+            Some("openai")
+        );
     }
 
     #[test]

@@ -3,6 +3,74 @@
 //! Every key the spec names lives at the path it names. The parser in
 //! [`crate::manifest::parse`] turns the YAML text into these types, collecting every
 //! error with its `file:line:column`; nothing here ever holds raw, unvalidated input.
+//!
+//! # Key reference
+//!
+//! General rules, for every key:
+//!
+//! - An unknown key is an error (with the nearest known key, or the keys allowed at
+//!   that level); so is a duplicate key. Any error at all means the manifest does not
+//!   load: a misspelt grant never silently grants less, or more.
+//! - A key given with no value (`key:`, null) is an error: leave the key out instead.
+//! - Durations (`*_secs`) are whole seconds written as an integer (`10`), never a
+//!   string such as `"10s"`. No number may be negative.
+//! - Strings may be plain or quoted; a quoted `"123"` stays a string. A number where a
+//!   string is expected is an error (quote it).
+//! - Booleans are `true` or `false` (YAML 1.2: `yes`/`no` are strings).
+//! - Capsule-relative paths (`workdir`, `prompt.system_file`, a choice's `script`,
+//!   `exports.peer_files`) must be relative and must not contain `..`.
+//! - Names (`name`, artifact scopes and names) match `[a-z0-9][a-z0-9._-]*`.
+//!
+//! | key | type | default | unit | absent / 0 means |
+//! |---|---|---|---|---|
+//! | `name` | name | required | — | an error (the capsule must be named) |
+//! | `description` | string | none | — | no description |
+//! | `transport` | `http` \| `process` | `http` | — | mur runs the agent loop |
+//! | `prompt.system` | string | none | — | no inline prompt; at most one of `system`, `system_file` |
+//! | `prompt.system_file` | relative path | none | — | no prompt file |
+//! | `workdir` | relative path | `.` | — | the capsule directory |
+//! | `inference` | mapping | none | — | a script capsule: no model is run |
+//! | `inference.driver` | string, a key of `inference.choices` | required in `inference` | — | — |
+//! | `inference.choices` | mapping of name → choice, at least one | required in `inference` | — | — |
+//! | `inference.choices.N.driver` | `openai` \| `anthropic` \| `script` | required | — | — |
+//! | `inference.choices.N.model` | string | required for `openai`, `anthropic` | — | (script driver) none |
+//! | `inference.choices.N.base_url` | `http://` or `https://` URL | `https://api.openai.com/v1` (openai), `https://api.anthropic.com` (anthropic) | — | the provider's public endpoint |
+//! | `inference.choices.N.credential` | `{env: VAR}` \| `{file: PATH}` (exactly one) | none | — | no `Authorization` header |
+//! | `inference.choices.N.script` | relative path | required for `script`, refused otherwise | — | — |
+//! | `inference.choices.N.context_window` | integer ≥ 1 | none | tokens | window unknown |
+//! | `inference.choices.N.max_output_tokens` | integer ≥ 1 | none | tokens | no output cap sent |
+//! | `inference.choices.N.max_input_tokens` | integer ≥ 1 | none | tokens | no input ceiling |
+//! | `inference.choices.N.temperature` | number ≥ 0 | none | — | the provider's default |
+//! | `inference.choices.N.request_timeout_secs` | integer ≥ 1 | `300` | seconds | 300 s; 0 is an error |
+//! | `inference.choices.N.max_retries` | integer | `4` | retries | 4; `0`: no retry |
+//! | `inference.max_turns` | integer ≥ 1 | none | inference calls per task | no cap; 0 is an error |
+//! | `inference.max_session_tokens` | integer ≥ 1 | none | tokens | no spend ceiling; 0 is an error |
+//! | `inference.compaction.threshold` | number, 0 < t ≤ 1 | `0.8` | fraction of the input budget | 0.8 |
+//! | `capabilities.shell.allow` | list of bare binary names (no `/`, no whitespace, distinct) | `[]` | — | no shell tools |
+//! | `capabilities.peer_fetch` | `true` \| `false` \| `{}` | `false` | — | no fetch-peer-file; `true` or `{}` grant it (the map form takes no keys yet) |
+//! | `capabilities.spawn.allow` | list of sub-capsule names (distinct) | `[]` | — | no delegate-task |
+//! | `capabilities.plan.submit` | boolean, required in `plan` | `false` | — | no submit-plan |
+//! | `capabilities.install` | mapping; needs `transport: http` | none | — | no pull-artifact, remove-artifact |
+//! | `capabilities.install.skill` | list of name patterns | `[]` | — | no skill may be pulled |
+//! | `capabilities.install.tool` | list of name patterns | `[]` | — | no tool may be pulled |
+//! | `capabilities.install.from` | non-empty list of `stores` \| `sources` | `[stores]` | — | pull from the stores only |
+//! | `capabilities.network.allow` | list of host names (no `/`, distinct) | `[]` | — | no egress; member calls need `localhost` |
+//! | `exports.peer_files` | relative path (to the workdir) | none | — | no share-file |
+//! | `control.agent_settings` | list of `inference.driver` | `[]` | — | the agent changes nothing; `inference.driver` grants switch-driver and needs `inference` |
+//! | `lifecycle.shell_grace_secs` | integer ≥ 1 | none | seconds | commands never move to the background (no background-command); 0 is an error |
+//! | `lifecycle.deadline_notice_secs` | integer | 300, or a tenth of the deadline when shorter, at least 1 | seconds | the default; `0`: no notice |
+//! | `lifecycle.delegation_deadline_secs` | integer ≥ 1 | `MURMUR_DELEGATION_TIMEOUT_SECS` or 600 | seconds | the default; 0 is an error |
+//! | `lifecycle.keep_working.limit` | integer, required | — | messages per task | `0`: never sent |
+//! | `lifecycle.keep_working.message` | non-empty string, required | — | — | — |
+//! | `lifecycle.done_check.command` | non-empty list of strings (argv), required | — | — | — |
+//! | `lifecycle.done_check.limit` | integer, required | — | reopens per task | `0`: never reopens |
+//! | `lifecycle.max_task_reopens` | integer | `3` | reopens per task | 3; `0`: no reopen |
+//! | `task_acceptance` | `reject` \| `queue` | `reject` | — | a busy session refuses new tasks |
+//! | `after_task` | `sleep` \| `exit` | the launcher's (`exit` for `mur run`, `sleep` for a door) | — | the launcher's default |
+//! | `tools` | list of `scope/name[@version]` (distinct) | `[]` | — | no tool artifacts |
+//! | `skills` | list of `scope/name[@version]` (distinct) | `[]` | — | no skill artifacts |
+//!
+//! The key lists themselves live in [`crate::manifest::keys`].
 
 use std::path::PathBuf;
 
@@ -17,7 +85,8 @@ pub struct Manifest {
     pub transport: Transport,
     /// `prompt`: the system prompt, inline or from a file relative to the capsule.
     pub prompt: Prompt,
-    /// `workdir`: the accessible workdir, relative to the capsule directory (default `.`).
+    /// `workdir`: the accessible workdir, relative to the capsule directory and not
+    /// leaving it (default `.`).
     pub workdir: PathBuf,
     /// `inference`: absent for a script capsule (one that runs no model).
     pub inference: Option<Inference>,
@@ -66,9 +135,11 @@ pub struct Inference {
     pub driver: String,
     /// `inference.choices`: named driver choices, in manifest order.
     pub choices: Vec<(String, DriverChoice)>,
-    /// `inference.max_turns`: the cap on inference calls per task; `None`: no cap.
+    /// `inference.max_turns`: the cap on inference calls per task (at least 1); `None`:
+    /// no cap.
     pub max_turns: Option<u32>,
-    /// `inference.max_session_tokens`: the session's spend ceiling in tokens; `None`: none.
+    /// `inference.max_session_tokens`: the session's spend ceiling in tokens (at least
+    /// 1); `None`: none.
     pub max_session_tokens: Option<u64>,
     /// `inference.compaction.threshold`: fraction (0 < t <= 1) of the input budget at
     /// which compaction fires (default 0.8).
@@ -104,7 +175,8 @@ pub struct DriverChoice {
     pub max_input_tokens: Option<u64>,
     /// `temperature`: sampling temperature sent to the provider, if set.
     pub temperature: Option<f64>,
-    /// `request_timeout_secs`: whole-request timeout of one call (default 300 s).
+    /// `request_timeout_secs`: whole-request timeout of one call, in seconds (at least
+    /// 1; default 300).
     pub request_timeout_secs: u64,
     /// `max_retries`: retries of a transient failure (default 4; 0 = no retry).
     pub max_retries: u32,
@@ -135,7 +207,8 @@ pub enum Credential {
 pub struct Capabilities {
     /// `capabilities.shell.allow`: binaries the agent may run, one tool each.
     pub shell_allow: Vec<String>,
-    /// `capabilities.peer_fetch`: present (`true` or a map) grants fetch-peer-file.
+    /// `capabilities.peer_fetch`: `true` or a map grants fetch-peer-file; `false` or
+    /// absent does not. The map form takes no keys yet, so only `{}` is accepted.
     pub peer_fetch: bool,
     /// `capabilities.spawn.allow`: sub-capsules delegate-task may hand tasks to.
     pub spawn_allow: Vec<String>,
@@ -177,7 +250,7 @@ pub struct Control {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Lifecycle {
     /// `lifecycle.shell_grace_secs`: seconds after which a shell command moves to the
-    /// background; `None`: never (and no background-command tool).
+    /// background (at least 1); `None`: never (and no background-command tool).
     pub shell_grace_secs: Option<u64>,
     /// `lifecycle.deadline_notice_secs`: the deadline notice margin; `None`: the spec's
     /// default (300 s, or a tenth of the deadline when shorter, at least 1 s); `Some(0)`:

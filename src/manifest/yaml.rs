@@ -10,6 +10,9 @@ use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 /// The YAML core schema's tag prefix, what `!!` expands to.
 const CORE_TAG: &str = "tag:yaml.org,2002:";
 
+/// The key recorded for a mapping key that is not a scalar (already reported).
+pub const COMPLEX_KEY: &str = "<complex key>";
+
 /// A 1-based line and column in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Pos {
@@ -106,7 +109,9 @@ fn resolve_plain(t: &str) -> Kind {
         "" | "~" | "null" | "Null" | "NULL" => return Kind::Null,
         "true" | "True" | "TRUE" => return Kind::Bool(true),
         "false" | "False" | "FALSE" => return Kind::Bool(false),
-        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return Kind::Float(f64::INFINITY),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Kind::Float(f64::INFINITY)
+        }
         "-.inf" | "-.Inf" | "-.INF" => return Kind::Float(f64::NEG_INFINITY),
         ".nan" | ".NaN" | ".NAN" => return Kind::Float(f64::NAN),
         _ => {}
@@ -248,17 +253,28 @@ impl Builder {
                 pending_key,
                 ..
             }) => match pending_key.take() {
-                Some((key, key_pos)) => entries.push(Entry {
-                    key,
-                    key_pos,
-                    value: node,
-                }),
+                Some((key, key_pos)) => {
+                    let mut value = node;
+                    // An empty value is marked where the parser noticed it, often the
+                    // next line; its key is where a reader looks.
+                    if matches!(&value.value, Value::Scalar(s) if s.plain && s.text.is_empty()) {
+                        value.pos = key_pos;
+                    }
+                    entries.push(Entry {
+                        key,
+                        key_pos,
+                        value,
+                    });
+                }
                 None => match node.value {
                     Value::Scalar(s) => *pending_key = Some((s.text, node.pos)),
                     _ => {
-                        // Keep the map's shape: a placeholder key nobody knows.
-                        *pending_key = Some(("<complex key>".into(), node.pos));
-                        self.error(node.pos, "a key must be a plain string".into());
+                        let pos = node.pos;
+                        self.error(pos, "a key must be a plain string".into());
+                        // Keep the map's shape with a placeholder key.
+                        if let Some(Frame::Map { pending_key, .. }) = self.stack.last_mut() {
+                            *pending_key = Some((COMPLEX_KEY.into(), pos));
+                        }
                     }
                 },
             },
@@ -283,7 +299,10 @@ impl MarkedEventReceiver for Builder {
                 let mut core_tag = None;
                 if let Some(tag) = tag {
                     if tag.handle == CORE_TAG
-                        && matches!(tag.suffix.as_str(), "str" | "int" | "float" | "bool" | "null")
+                        && matches!(
+                            tag.suffix.as_str(),
+                            "str" | "int" | "float" | "bool" | "null"
+                        )
                     {
                         core_tag = Some(tag.suffix);
                     } else {
@@ -318,10 +337,12 @@ impl MarkedEventReceiver for Builder {
                 pending_key: None,
             }),
             Event::SequenceEnd | Event::MappingEnd => {
+                // The parser marks a block collection's start after its first item
+                // was scanned; the first item's own position is the honest one.
                 let (node, anchor) = match self.stack.pop() {
                     Some(Frame::Seq { pos, anchor, items }) => (
                         Node {
-                            pos,
+                            pos: items.first().map_or(pos, |n| n.pos.min(pos)),
                             value: Value::Seq(items),
                         },
                         anchor,
@@ -333,7 +354,7 @@ impl MarkedEventReceiver for Builder {
                         ..
                     }) => (
                         Node {
-                            pos,
+                            pos: entries.first().map_or(pos, |e| e.key_pos.min(pos)),
                             value: Value::Map(entries),
                         },
                         anchor,
@@ -389,6 +410,24 @@ mod tests {
             panic!("not a map")
         };
         assert_eq!(inner[0].key_pos, Pos { line: 3, column: 3 });
+        assert_eq!(n.pos, Pos { line: 1, column: 1 });
+        assert_eq!(entries[1].value.pos, Pos { line: 3, column: 3 });
+    }
+
+    #[test]
+    fn flow_collections_start_at_their_bracket() {
+        let n = root(
+            "a: {b: [1, 2]}
+",
+        );
+        let Value::Map(entries) = &n.value else {
+            panic!("not a map")
+        };
+        assert_eq!(entries[0].value.pos, Pos { line: 1, column: 4 });
+        let Value::Map(inner) = &entries[0].value.value else {
+            panic!("not a map")
+        };
+        assert_eq!(inner[0].value.pos, Pos { line: 1, column: 8 });
     }
 
     #[test]
