@@ -185,8 +185,8 @@ fn messages(req: &Request<'_>) -> Vec<Value> {
 }
 
 /// Arguments as the JSON string the protocol wants. Text that was not JSON is sent as
-/// a JSON string holding it, so servers that parse arguments (llama.cpp's chat
-/// templates do) do not reject the whole conversation.
+/// a JSON string holding it, so a server that parses the arguments of earlier calls
+/// (some chat templates do) still gets JSON and does not reject the conversation.
 fn arguments_string(args: &Arguments) -> String {
     match args {
         Arguments::Json(v) => v.to_string(),
