@@ -67,12 +67,13 @@ def main():
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
 
+    # Loads the model and starts listening; returns once the server is up.
+    server = xllamacpp.Server(params)
+
+    # Installed after the server starts, so ours are the handlers in force.
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-
-    # Loads the model and starts listening; returns once the server is up.
-    server = xllamacpp.Server(params)
     print("LISTENING " + server.listening_address, flush=True)
 
     if not args.no_stdin:
