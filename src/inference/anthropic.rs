@@ -1,1 +1,307 @@
 //! The `anthropic` driver: Messages with tool use.
+//!
+//! `POST {base_url}/v1/messages`, headers `x-api-key` and `anthropic-version:
+//! 2023-06-01`. The system prompt is a top-level field; tool calls are `tool_use`
+//! blocks and their results `tool_result` blocks in a user message (consecutive results
+//! and a following user text share one user message, since roles must alternate).
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use super::http::{self, Secret};
+use super::retry::{self, Backoff, Failure, Outcome, RetryPolicy};
+use super::{
+    estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message, Request, Response,
+    ToolCall, Usage,
+};
+use crate::manifest::types::DriverChoice;
+
+/// The base URL used when a choice sets none.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The `anthropic-version` header sent with every call.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when neither the request nor the choice sets an output cap (the API
+/// requires one).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// A driver choice served over Anthropic Messages.
+#[derive(Debug)]
+pub struct AnthropicDriver {
+    agent: ureq::Agent,
+    url: String,
+    model: String,
+    secret: Secret,
+    max_output_tokens: Option<u64>,
+    temperature: Option<f64>,
+    policy: RetryPolicy,
+    made_up_ids: u64,
+}
+
+impl AnthropicDriver {
+    /// A driver for `choice`; a credential file is taken relative to `capsule_dir`.
+    ///
+    /// The endpoint is `{base_url}/v1/messages` (base URL default
+    /// [`DEFAULT_BASE_URL`], trailing `/` dropped); timeouts and retries as for
+    /// [`super::openai::OpenAiDriver::new`]. The credential is read at each call.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Fatal`] when the choice has no `model`.
+    pub fn new(choice: &DriverChoice, capsule_dir: &Path) -> Result<Self, DriverError> {
+        let url = format!(
+            "{}/v1/messages",
+            http::base_url(choice.base_url.as_deref(), DEFAULT_BASE_URL)
+        );
+        let model = choice
+            .model
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| DriverError::Fatal {
+                url: url.clone(),
+                detail: "the driver choice names no `model`".to_string(),
+            })?;
+        Ok(AnthropicDriver {
+            agent: http::agent(choice.request_timeout_secs),
+            url,
+            model,
+            secret: Secret::new(choice.credential.as_ref(), capsule_dir),
+            max_output_tokens: choice.max_output_tokens,
+            temperature: choice.temperature,
+            policy: RetryPolicy {
+                max_retries: choice.max_retries,
+                backoff: Backoff::default(),
+            },
+            made_up_ids: 0,
+        })
+    }
+
+    /// The same driver with other waits between retries (short ones in tests).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.policy.backoff = backoff;
+        self
+    }
+
+    /// The endpoint called: `{base_url}/v1/messages`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The JSON body of a request (the key goes in the `x-api-key` header).
+    pub fn request_body(&self, req: &Request<'_>) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        let max = req
+            .max_output_tokens
+            .or(self.max_output_tokens)
+            .unwrap_or(DEFAULT_MAX_TOKENS);
+        body.insert("max_tokens".into(), json!(max));
+        if !req.system.is_empty() {
+            body.insert("system".into(), json!(req.system));
+        }
+        body.insert("messages".into(), Value::Array(messages(req.messages)));
+        if !req.tools.is_empty() {
+            let tools: Vec<Value> = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.input_schema,
+                    })
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        if let Some(t) = self.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        Value::Object(body)
+    }
+}
+
+impl Driver for AnthropicDriver {
+    fn complete(
+        &mut self,
+        req: &Request<'_>,
+        attempts: AttemptSink<'_>,
+    ) -> Result<Response, DriverError> {
+        let key = self.secret.read()?;
+        let mut headers = vec![("anthropic-version", API_VERSION)];
+        if let Some(k) = &key {
+            headers.push(("x-api-key", k.as_str()));
+        }
+        let body = self.request_body(req);
+        let policy = self.policy;
+        let url = self.url.clone();
+        let made_up = &mut self.made_up_ids;
+        let agent = &self.agent;
+        retry::run(&policy, &url, attempts, |_| {
+            let (status, text) = http::post_json(agent, &url, &headers, &body)?;
+            let v = http::parse_body(&text)?;
+            parse_response(&v, &text, req, made_up).map(|r| (status, r))
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        "anthropic"
+    }
+}
+
+/// The conversation as Messages turns; blocks of the same role are merged into one
+/// message, since the API wants user and assistant to alternate.
+fn messages(conversation: &[Message]) -> Vec<Value> {
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in conversation {
+        let (role, blocks) = match m {
+            Message::User(text) => ("user", vec![json!({"type": "text", "text": text})]),
+            Message::Assistant { text, tool_calls } => {
+                let mut blocks = Vec::new();
+                if let Some(t) = text.as_deref().filter(|t| !t.is_empty()) {
+                    blocks.push(json!({"type": "text", "text": t}));
+                }
+                for c in tool_calls {
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": c.id,
+                        "name": c.name,
+                        "input": tool_input(&c.arguments),
+                    }));
+                }
+                if blocks.is_empty() {
+                    // The API rejects empty content and empty text blocks.
+                    blocks.push(json!({"type": "text", "text": "(no answer)"}));
+                }
+                ("assistant", blocks)
+            }
+            Message::Tool {
+                call_id, content, ..
+            } => (
+                "user",
+                vec![json!({"type": "tool_result", "tool_use_id": call_id, "content": content})],
+            ),
+        };
+        match turns.last_mut() {
+            Some((last, b)) if *last == role => b.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect()
+}
+
+/// A `tool_use` input must be an object: other JSON is wrapped as `{"value": …}`, text
+/// that was not JSON as `{"invalid_arguments": "…"}`.
+fn tool_input(args: &Arguments) -> Value {
+    match args {
+        Arguments::Json(v @ Value::Object(_)) => v.clone(),
+        Arguments::Json(v) => json!({ "value": v }),
+        Arguments::Invalid(raw) => json!({ "invalid_arguments": raw }),
+    }
+}
+
+/// Reads one Messages answer; an `error` body (even with status 200) is a failure,
+/// transient when it is `overloaded_error`.
+fn parse_response(
+    v: &Value,
+    raw: &str,
+    req: &Request<'_>,
+    made_up: &mut u64,
+) -> Result<Response, Failure> {
+    if v.get("type").and_then(Value::as_str) == Some("error") || v.get("error").is_some() {
+        let detail = format!(
+            "error in a 200 answer: {}",
+            retry::quote_provider_message(raw)
+        );
+        return Err(if retry::is_overloaded(raw) {
+            Failure::transient(Outcome::Overloaded, Some(200), detail)
+        } else {
+            Failure::invalid(detail)
+        });
+    }
+    let Some(content) = v.get("content").and_then(Value::as_array) else {
+        return Err(Failure::invalid(format!(
+            "response has no content: {}",
+            retry::quote_provider_message(raw)
+        )));
+    };
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => tool_calls.push(tool_use(block, made_up)),
+            _ => {} // thinking, redacted_thinking, server tools: not for the runtime
+        }
+    }
+    let text = (!text.is_empty()).then_some(text);
+    let usage = reported_usage(v.get("usage"))
+        .unwrap_or_else(|| estimate_usage(req, text.as_deref(), &tool_calls));
+    Ok(Response {
+        text,
+        tool_calls,
+        usage,
+        finish_reason: v
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        model: v.get("model").and_then(Value::as_str).map(str::to_string),
+    })
+}
+
+/// One `tool_use` block; never fails (see the openai driver for the same leniency).
+fn tool_use(block: &Value, made_up: &mut u64) -> ToolCall {
+    let id = match block.get("id").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => {
+            *made_up += 1;
+            format!("call_{made_up}")
+        }
+    };
+    let name = block
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let arguments = match block.get("input") {
+        None | Some(Value::Null) => Arguments::Json(json!({})),
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(v) => Arguments::Json(v),
+            Err(_) => Arguments::Invalid(s.clone()),
+        },
+        Some(v) => Arguments::Json(v.clone()),
+    };
+    ToolCall {
+        id,
+        name,
+        arguments,
+    }
+}
+
+/// `usage` as reported. `input` is the whole prompt: `input_tokens` plus the tokens read
+/// from and written to the cache (which Anthropic counts apart).
+fn reported_usage(usage: Option<&Value>) -> Option<Usage> {
+    let u = usage?;
+    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+    let (input, output) = (n("input_tokens"), n("output_tokens"));
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    let cached = n("cache_read_input_tokens");
+    let cache_write = n("cache_creation_input_tokens");
+    Some(Usage {
+        input: input
+            .unwrap_or(0)
+            .saturating_add(cached.unwrap_or(0))
+            .saturating_add(cache_write.unwrap_or(0)),
+        output: output.unwrap_or(0),
+        cached,
+        cache_write,
+        estimated: false,
+    })
+}

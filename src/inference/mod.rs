@@ -6,6 +6,7 @@
 //! [`AttemptSink`] so it becomes a trace record.
 
 pub mod anthropic;
+mod http;
 pub mod openai;
 pub mod retry;
 pub mod script;
@@ -126,7 +127,8 @@ pub struct Response {
 pub struct Attempt {
     /// 1 for the first try.
     pub number: u32,
-    /// `ok`, or the failure kind: `connect`, `timeout`, `http_status`, `overloaded`, `io`.
+    /// `ok`, or the failure kind: `connect`, `timeout`, `http_status`, `overloaded`, `io`,
+    /// `invalid_response` (see [`retry::Outcome`]).
     pub outcome: String,
     /// The HTTP status, when there was one.
     pub http_status: Option<u16>,
@@ -218,4 +220,24 @@ pub fn estimate_request(req: &Request<'_>) -> u64 {
             + estimate_tokens(&t.input_schema.to_string());
     }
     n
+}
+
+/// The runtime's estimate of a whole call, for a provider that reported no usage:
+/// input from [`estimate_request`], output from the answer's text and tool calls;
+/// marked `estimated`.
+pub fn estimate_usage(req: &Request<'_>, text: Option<&str>, calls: &[ToolCall]) -> Usage {
+    let output = text.map_or(0, estimate_tokens)
+        + calls
+            .iter()
+            .map(|c| {
+                estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_record().to_string())
+            })
+            .sum::<u64>();
+    Usage {
+        input: estimate_request(req),
+        output,
+        cached: None,
+        cache_write: None,
+        estimated: true,
+    }
 }

@@ -1,1 +1,306 @@
 //! The `openai` driver: Chat Completions with function tools.
+//!
+//! One driver for OpenAI, llama.cpp's server, vLLM, Ollama and most gateways:
+//! `POST {base_url}/chat/completions` with `stream: false`. Parsing is lenient: unknown
+//! fields are ignored, `content` may be a string, null or an array of text parts, and
+//! tool call arguments may be a JSON string (the standard) or an object (some servers).
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use super::http::{self, Secret};
+use super::retry::{self, Backoff, Failure, RetryPolicy};
+use super::{
+    estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message, Request, Response,
+    ToolCall, Usage,
+};
+use crate::manifest::types::DriverChoice;
+
+/// The base URL used when a choice sets none.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// A driver choice served over OpenAI Chat Completions.
+#[derive(Debug)]
+pub struct OpenAiDriver {
+    agent: ureq::Agent,
+    url: String,
+    model: String,
+    secret: Secret,
+    max_output_tokens: Option<u64>,
+    temperature: Option<f64>,
+    policy: RetryPolicy,
+    /// Ids made up for tool calls that came without one (`call_<n>`).
+    made_up_ids: u64,
+}
+
+impl OpenAiDriver {
+    /// A driver for `choice`; a credential file is taken relative to `capsule_dir`.
+    ///
+    /// The endpoint is `{base_url}/chat/completions` (base URL default
+    /// [`DEFAULT_BASE_URL`], trailing `/` dropped); the whole-request timeout is
+    /// `request_timeout_secs` (0: none), connect timeout 10 s; transient failures are
+    /// retried `max_retries` times with the default [`Backoff`]. The credential is read
+    /// at each call, not here.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Fatal`] when the choice has no `model`.
+    pub fn new(choice: &DriverChoice, capsule_dir: &Path) -> Result<Self, DriverError> {
+        let url = format!(
+            "{}/chat/completions",
+            http::base_url(choice.base_url.as_deref(), DEFAULT_BASE_URL)
+        );
+        let model = choice
+            .model
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| DriverError::Fatal {
+                url: url.clone(),
+                detail: "the driver choice names no `model`".to_string(),
+            })?;
+        Ok(OpenAiDriver {
+            agent: http::agent(choice.request_timeout_secs),
+            url,
+            model,
+            secret: Secret::new(choice.credential.as_ref(), capsule_dir),
+            max_output_tokens: choice.max_output_tokens,
+            temperature: choice.temperature,
+            policy: RetryPolicy {
+                max_retries: choice.max_retries,
+                backoff: Backoff::default(),
+            },
+            made_up_ids: 0,
+        })
+    }
+
+    /// The same driver with other waits between retries (short ones in tests).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.policy.backoff = backoff;
+        self
+    }
+
+    /// The endpoint called: `{base_url}/chat/completions`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The JSON body of a request (without `Authorization`, which is a header).
+    pub fn request_body(&self, req: &Request<'_>) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), Value::Array(messages(req)));
+        if !req.tools.is_empty() {
+            let tools: Vec<Value> = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    }})
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        if let Some(n) = req.max_output_tokens.or(self.max_output_tokens) {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(t) = self.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        body.insert("stream".into(), json!(false));
+        Value::Object(body)
+    }
+}
+
+impl Driver for OpenAiDriver {
+    fn complete(
+        &mut self,
+        req: &Request<'_>,
+        attempts: AttemptSink<'_>,
+    ) -> Result<Response, DriverError> {
+        let key = self.secret.read()?;
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut headers = Vec::new();
+        if let Some(a) = &auth {
+            headers.push(("authorization", a.as_str()));
+        }
+        let body = self.request_body(req);
+        let policy = self.policy;
+        let url = self.url.clone();
+        let made_up = &mut self.made_up_ids;
+        let agent = &self.agent;
+        retry::run(&policy, &url, attempts, |_| {
+            let (status, text) = http::post_json(agent, &url, &headers, &body)?;
+            let v = http::parse_body(&text)?;
+            parse_response(&v, req, made_up).map(|r| (status, r))
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        "openai"
+    }
+}
+
+/// The conversation as Chat Completions messages, system first.
+fn messages(req: &Request<'_>) -> Vec<Value> {
+    let mut out = Vec::with_capacity(req.messages.len() + 1);
+    if !req.system.is_empty() {
+        out.push(json!({"role": "system", "content": req.system}));
+    }
+    for m in req.messages {
+        out.push(match m {
+            Message::User(text) => json!({"role": "user", "content": text}),
+            Message::Assistant { text, tool_calls } => {
+                let mut msg = Map::new();
+                msg.insert("role".into(), json!("assistant"));
+                let content = match text {
+                    Some(t) => json!(t),
+                    None if !tool_calls.is_empty() => Value::Null,
+                    None => json!(""),
+                };
+                msg.insert("content".into(), content);
+                if !tool_calls.is_empty() {
+                    let calls: Vec<Value> = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function", "function": {
+                                "name": c.name,
+                                "arguments": arguments_string(&c.arguments),
+                            }})
+                        })
+                        .collect();
+                    msg.insert("tool_calls".into(), Value::Array(calls));
+                }
+                Value::Object(msg)
+            }
+            Message::Tool {
+                call_id, content, ..
+            } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+        });
+    }
+    out
+}
+
+/// Arguments as the JSON string the protocol wants. Text that was not JSON is sent as
+/// a JSON string holding it, so a server that parses the arguments of earlier calls
+/// (some chat templates do) still gets JSON and does not reject the conversation.
+fn arguments_string(args: &Arguments) -> String {
+    match args {
+        Arguments::Json(v) => v.to_string(),
+        Arguments::Invalid(raw) => Value::String(raw.clone()).to_string(),
+    }
+}
+
+/// Reads one Chat Completions answer. `made_up` counts ids invented for tool calls
+/// that came without one.
+fn parse_response(v: &Value, req: &Request<'_>, made_up: &mut u64) -> Result<Response, Failure> {
+    let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+        if v.get("error").is_some() {
+            // Some gateways send an error object with status 200.
+            return Err(Failure::invalid(format!(
+                "error in a 200 answer: {}",
+                retry::quote_provider_message(&v.to_string())
+            )));
+        }
+        return Err(Failure::invalid(format!(
+            "response has no choices: {}",
+            retry::quote_provider_message(&v.to_string())
+        )));
+    };
+    let message = choice.get("message").unwrap_or(&Value::Null);
+    let text = content_text(message.get("content").unwrap_or(&Value::Null));
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            tool_calls.push(tool_call(call, made_up));
+        }
+    }
+    let finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let model = v.get("model").and_then(Value::as_str).map(str::to_string);
+    let usage = reported_usage(v.get("usage"))
+        .unwrap_or_else(|| estimate_usage(req, text.as_deref(), &tool_calls));
+    Ok(Response {
+        text,
+        tool_calls,
+        usage,
+        finish_reason,
+        model,
+    })
+}
+
+/// The text of a `content`: a string, or the `text` of each part of an array; `None`
+/// when null or empty.
+fn content_text(content: &Value) -> Option<String> {
+    let text = match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.as_str()),
+                _ => p.get("text").and_then(Value::as_str),
+            })
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+/// One entry of `tool_calls`. Never fails: a missing id is made up, a missing name is
+/// empty (the runtime answers it as an unknown tool), arguments that are not JSON are
+/// kept as [`Arguments::Invalid`].
+fn tool_call(call: &Value, made_up: &mut u64) -> ToolCall {
+    let id = match call.get("id").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => {
+            *made_up += 1;
+            format!("call_{made_up}")
+        }
+    };
+    let function = call.get("function").unwrap_or(&Value::Null);
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let arguments = match function.get("arguments") {
+        None | Some(Value::Null) => Arguments::Json(json!({})),
+        Some(Value::String(s)) if s.trim().is_empty() => Arguments::Json(json!({})),
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(v) => Arguments::Json(v),
+            Err(_) => Arguments::Invalid(s.clone()),
+        },
+        Some(other) => Arguments::Json(other.clone()),
+    };
+    ToolCall {
+        id,
+        name,
+        arguments,
+    }
+}
+
+/// `usage` as reported, when it has at least `prompt_tokens` or `completion_tokens`.
+fn reported_usage(usage: Option<&Value>) -> Option<Usage> {
+    let u = usage?;
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64);
+    let input = n(u.get("prompt_tokens"));
+    let output = n(u.get("completion_tokens"));
+    if input.is_none() && output.is_none() {
+        return None;
+    }
+    Some(Usage {
+        input: input.unwrap_or(0),
+        output: output.unwrap_or(0),
+        cached: n(u
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))),
+        cache_write: None,
+        estimated: false,
+    })
+}

@@ -1,0 +1,809 @@
+//! The network drivers against fake providers: a scripted HTTP server on 127.0.0.1
+//! that answers each request with the next scripted reply and records what it got.
+
+use std::collections::VecDeque;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mur::inference::anthropic::AnthropicDriver;
+use mur::inference::openai::OpenAiDriver;
+use mur::inference::retry::Backoff;
+use mur::inference::{
+    Arguments, Attempt, Driver, DriverError, Message, Request, Response, ToolCall, ToolSpec,
+};
+use mur::manifest::types::{Credential, DriverChoice, DriverKind};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------- fake server
+
+/// One scripted answer.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    delay: Duration,
+}
+
+fn reply(status: u16, body: Value) -> Reply {
+    Reply {
+        status,
+        headers: Vec::new(),
+        body: body.to_string(),
+        delay: Duration::ZERO,
+    }
+}
+
+fn raw_reply(status: u16, body: &str) -> Reply {
+    Reply {
+        status,
+        headers: Vec::new(),
+        body: body.to_string(),
+        delay: Duration::ZERO,
+    }
+}
+
+impl Reply {
+    fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.push((name, value.to_string()));
+        self
+    }
+
+    fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// One request the fake server received.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct FakeServer {
+    base: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeServer {
+    fn start(replies: Vec<Reply>) -> Self {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind"));
+        let port = server.server_addr().to_ip().expect("ip address").port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let server = Arc::clone(&server);
+            let seen = Arc::clone(&seen);
+            let mut replies: VecDeque<Reply> = replies.into();
+            std::thread::spawn(move || {
+                for mut rq in server.incoming_requests() {
+                    let mut text = String::new();
+                    let _ = std::io::Read::read_to_string(rq.as_reader(), &mut text);
+                    seen.lock().unwrap().push(Seen {
+                        path: rq.url().to_string(),
+                        headers: rq
+                            .headers()
+                            .iter()
+                            .map(|h| (h.field.to_string(), h.value.to_string()))
+                            .collect(),
+                        body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                    });
+                    let r = replies
+                        .pop_front()
+                        .unwrap_or_else(|| raw_reply(500, "fake server: script exhausted"));
+                    std::thread::sleep(r.delay);
+                    let mut resp = tiny_http::Response::from_string(r.body)
+                        .with_status_code(r.status)
+                        .with_header(
+                            "Content-Type: application/json"
+                                .parse::<tiny_http::Header>()
+                                .unwrap(),
+                        );
+                    for (k, v) in r.headers {
+                        resp = resp.with_header(
+                            tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).unwrap(),
+                        );
+                    }
+                    let _ = rq.respond(resp);
+                }
+            })
+        };
+        FakeServer {
+            base: format!("http://127.0.0.1:{port}"),
+            seen,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// A capsule directory holding a key file `key.txt`.
+struct Capsule {
+    dir: tempfile::TempDir,
+}
+
+impl Capsule {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("key.txt"), "sk-test\n").unwrap();
+        Capsule { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+fn choice(kind: DriverKind, base_url: &str, max_retries: u32) -> DriverChoice {
+    DriverChoice {
+        driver: kind,
+        model: Some("test-model".to_string()),
+        base_url: Some(base_url.to_string()),
+        credential: Some(Credential::File(PathBuf::from("key.txt"))),
+        script: None,
+        context_window: None,
+        max_output_tokens: Some(256),
+        max_input_tokens: None,
+        temperature: Some(0.2),
+        request_timeout_secs: 30,
+        max_retries,
+    }
+}
+
+fn openai(base_url: &str, max_retries: u32, capsule: &Capsule) -> OpenAiDriver {
+    OpenAiDriver::new(
+        &choice(DriverKind::Openai, base_url, max_retries),
+        capsule.path(),
+    )
+    .unwrap()
+    .with_backoff(Backoff::fast())
+}
+
+fn anthropic(base_url: &str, max_retries: u32, capsule: &Capsule) -> AnthropicDriver {
+    AnthropicDriver::new(
+        &choice(DriverKind::Anthropic, base_url, max_retries),
+        capsule.path(),
+    )
+    .unwrap()
+    .with_backoff(Backoff::fast())
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "ls".to_string(),
+        description: "List files".to_string(),
+        input_schema: json!({"type": "object", "properties": {"args": {"type": "array"}}}),
+    }]
+}
+
+/// Calls the driver with a one-message conversation, returning the result and every
+/// attempt reported.
+fn call(
+    driver: &mut dyn Driver,
+    messages: &[Message],
+    tools: &[ToolSpec],
+) -> (Result<Response, DriverError>, Vec<Attempt>) {
+    let req = Request {
+        system: "You are terse.",
+        messages,
+        tools,
+        max_output_tokens: None,
+    };
+    let mut attempts = Vec::new();
+    let result = driver.complete(&req, &mut |a| attempts.push(a));
+    (result, attempts)
+}
+
+fn hello() -> Vec<Message> {
+    vec![Message::User("Say hello.".to_string())]
+}
+
+fn openai_answer(message: Value, usage: Option<Value>) -> Value {
+    let mut v = json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "test-model-2024",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "system_fingerprint": "fp",
+    });
+    if let Some(u) = usage {
+        v["usage"] = u;
+    }
+    v
+}
+
+fn text_answer() -> Value {
+    openai_answer(
+        json!({"role": "assistant", "content": "Hello!"}),
+        Some(
+            json!({"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                     "prompt_tokens_details": {"cached_tokens": 2}}),
+        ),
+    )
+}
+
+// ---------------------------------------------------------------- openai
+
+#[test]
+fn openai_text_answer_with_usage() {
+    let server = FakeServer::start(vec![reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let mut d = openai(&format!("{}/v1/", server.base), 0, &capsule);
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Hello!"));
+    assert!(r.tool_calls.is_empty());
+    assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(r.model.as_deref(), Some("test-model-2024"));
+    assert_eq!(r.usage.input, 12);
+    assert_eq!(r.usage.output, 3);
+    assert_eq!(r.usage.cached, Some(2));
+    assert!(!r.usage.estimated);
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].number, 1);
+    assert_eq!(attempts[0].outcome, "ok");
+    assert_eq!(attempts[0].http_status, Some(200));
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(seen[0].header("authorization"), Some("Bearer sk-test"));
+    let b = &seen[0].body;
+    assert_eq!(b["model"], "test-model");
+    assert_eq!(b["stream"], false);
+    assert_eq!(b["max_tokens"], 256);
+    assert_eq!(b["temperature"], 0.2);
+    assert!(b.get("tools").is_none(), "no tools key when no tools: {b}");
+    assert_eq!(
+        b["messages"],
+        json!([{"role": "system", "content": "You are terse."},
+               {"role": "user", "content": "Say hello."}])
+    );
+}
+
+#[test]
+fn openai_tool_calls_and_request_shape() {
+    let answer = openai_answer(
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_abc", "type": "function",
+             "function": {"name": "ls", "arguments": "{\"args\":[\"-1\"]}"}},
+            {"type": "function", "function": {"name": "session-status", "arguments": ""}},
+        ]}),
+        Some(json!({"prompt_tokens": 40, "completion_tokens": 9})),
+    );
+    let server = FakeServer::start(vec![reply(200, answer)]);
+    let capsule = Capsule::new();
+    let mut d = openai(&server.base, 0, &capsule);
+    let conversation = vec![
+        Message::User("List files.".to_string()),
+        Message::Assistant {
+            text: None,
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_1".to_string(),
+                    name: "ls".to_string(),
+                    arguments: Arguments::Json(json!({"args": []})),
+                },
+                ToolCall {
+                    id: "call_2".to_string(),
+                    name: "ls".to_string(),
+                    arguments: Arguments::Invalid("{args: oops".to_string()),
+                },
+            ],
+        },
+        Message::Tool {
+            call_id: "call_1".to_string(),
+            name: "ls".to_string(),
+            content: "a\nb".to_string(),
+        },
+        Message::Tool {
+            call_id: "call_2".to_string(),
+            name: "ls".to_string(),
+            content: "error: arguments are not JSON".to_string(),
+        },
+    ];
+    let (result, _) = call(&mut d, &conversation, &tools());
+    let r = result.unwrap();
+    assert_eq!(r.text, None);
+    assert_eq!(r.tool_calls.len(), 2);
+    assert_eq!(r.tool_calls[0].id, "call_abc");
+    assert_eq!(r.tool_calls[0].name, "ls");
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        Arguments::Json(json!({"args": ["-1"]}))
+    );
+    assert_eq!(r.tool_calls[1].id, "call_1", "a missing id is made up");
+    assert_eq!(r.tool_calls[1].name, "session-status");
+    assert_eq!(r.tool_calls[1].arguments, Arguments::Json(json!({})));
+
+    let b = &server.seen()[0].body;
+    assert_eq!(
+        b["tools"],
+        json!([{"type": "function", "function": {
+            "name": "ls", "description": "List files",
+            "parameters": {"type": "object", "properties": {"args": {"type": "array"}}}}}])
+    );
+    let msgs = b["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 5);
+    assert_eq!(msgs[2]["role"], "assistant");
+    assert_eq!(msgs[2]["content"], Value::Null);
+    assert_eq!(
+        msgs[2]["tool_calls"][0],
+        json!({"id": "call_1", "type": "function",
+               "function": {"name": "ls", "arguments": "{\"args\":[]}"}})
+    );
+    // Text that was not JSON goes back as a JSON string, so servers that parse
+    // arguments do not reject the conversation.
+    assert_eq!(
+        msgs[2]["tool_calls"][1]["function"]["arguments"],
+        "\"{args: oops\""
+    );
+    assert_eq!(
+        msgs[3],
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "a\nb"})
+    );
+    assert_eq!(msgs[4]["tool_call_id"], "call_2");
+}
+
+#[test]
+fn openai_arguments_not_json_are_invalid() {
+    let answer = openai_answer(
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "ls", "arguments": "{\"args\": [\"-l\""}}]}),
+        Some(json!({"prompt_tokens": 5, "completion_tokens": 5})),
+    );
+    let server = FakeServer::start(vec![reply(200, answer)]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &tools());
+    let r = result.unwrap();
+    assert_eq!(r.text, None, "empty content is no text");
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        Arguments::Invalid("{\"args\": [\"-l\"".to_string())
+    );
+}
+
+#[test]
+fn openai_arguments_as_object_are_accepted() {
+    let answer = openai_answer(
+        json!({"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "c1", "function": {"name": "ls", "arguments": {"args": ["-a"]}}}]}),
+        Some(json!({"prompt_tokens": 5, "completion_tokens": 5})),
+    );
+    let server = FakeServer::start(vec![reply(200, answer)]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &tools());
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Let me look."));
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        Arguments::Json(json!({"args": ["-a"]}))
+    );
+}
+
+#[test]
+fn openai_content_parts_are_joined() {
+    let answer = openai_answer(
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}),
+        Some(json!({"prompt_tokens": 5, "completion_tokens": 2})),
+    );
+    let server = FakeServer::start(vec![reply(200, answer)]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("Hello"));
+}
+
+#[test]
+fn openai_no_usage_is_estimated() {
+    let answer = openai_answer(json!({"role": "assistant", "content": "Hello there"}), None);
+    let server = FakeServer::start(vec![reply(200, answer)]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &[]);
+    let u = result.unwrap().usage;
+    assert!(u.estimated);
+    assert!(u.input > 0);
+    assert_eq!(u.output, 3, "11 bytes at 4 bytes a token");
+}
+
+#[test]
+fn openai_429_with_retry_after_then_success() {
+    let server = FakeServer::start(vec![
+        reply(
+            429,
+            json!({"error": {"message": "Rate limit reached", "type": "requests"}}),
+        )
+        .header("Retry-After", "0"),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("Hello!"));
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].number, 1);
+    assert_eq!(attempts[0].outcome, "http_status");
+    assert_eq!(attempts[0].http_status, Some(429));
+    assert_eq!(attempts[0].retry_in_ms, 0, "Retry-After: 0 is honoured");
+    assert!(attempts[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("Rate limit reached"));
+    assert_eq!(attempts[1].number, 2);
+    assert_eq!(attempts[1].outcome, "ok");
+    assert_eq!(server.seen().len(), 2);
+}
+
+#[test]
+fn openai_retry_after_is_capped() {
+    let server = FakeServer::start(vec![
+        raw_reply(503, "busy").header("Retry-After", "3600"),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 1, &capsule), &hello(), &[]);
+    assert!(result.is_ok());
+    // Backoff::fast() caps a provider's Retry-After at 20 ms.
+    assert_eq!(attempts[0].retry_in_ms, 20);
+}
+
+#[test]
+fn openai_503_until_retries_run_out() {
+    let busy = || raw_reply(503, "upstream busy");
+    let server = FakeServer::start(vec![busy(), busy(), busy(), reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 2, &capsule), &hello(), &[]);
+    match result {
+        Err(DriverError::Exhausted {
+            attempts: n,
+            detail,
+            url,
+        }) => {
+            assert_eq!(n, 3);
+            assert!(
+                detail.contains("503") && detail.contains("upstream busy"),
+                "{detail}"
+            );
+            assert!(url.ends_with("/chat/completions"));
+        }
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!(attempts.len(), 3);
+    assert!(attempts.iter().all(|a| a.outcome == "http_status"));
+    assert!(attempts.iter().all(|a| a.http_status == Some(503)));
+    assert_eq!(attempts[2].retry_in_ms, 0, "no wait after the last attempt");
+    assert_eq!(server.seen().len(), 3);
+}
+
+#[test]
+fn openai_401_is_fatal_at_once_with_the_provider_message() {
+    let server = FakeServer::start(vec![
+        reply(
+            401,
+            json!({"error": {"message": "Incorrect API key provided: sk-test.",
+                             "type": "invalid_request_error", "code": "invalid_api_key"}}),
+        ),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    match result {
+        Err(DriverError::Fatal { detail, .. }) => {
+            assert_eq!(
+                detail,
+                r#"http status 401: "Incorrect API key provided: sk-test.""#
+            );
+        }
+        other => panic!("expected Fatal, got {other:?}"),
+    }
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].http_status, Some(401));
+    assert_eq!(attempts[0].retry_in_ms, 0);
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[test]
+fn openai_long_error_message_is_cut_on_a_char_boundary() {
+    let long = "é".repeat(2000);
+    let server = FakeServer::start(vec![reply(400, json!({"error": {"message": long}}))]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    let Err(DriverError::Fatal { detail, .. }) = result else {
+        panic!("expected Fatal");
+    };
+    assert!(detail.len() < 600, "{} bytes", detail.len());
+    assert!(detail.ends_with("…\""), "{detail}");
+}
+
+#[test]
+fn openai_body_not_json_is_fatal() {
+    let server = FakeServer::start(vec![raw_reply(200, "<html>gateway</html>")]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    let Err(DriverError::Fatal { detail, .. }) = result else {
+        panic!("expected Fatal, got {result:?}");
+    };
+    assert!(
+        detail.contains("not JSON") && detail.contains("gateway"),
+        "{detail}"
+    );
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome, "invalid_response");
+}
+
+#[test]
+fn openai_connection_refused_is_a_connect_failure() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let capsule = Capsule::new();
+    let mut d = openai(&format!("http://127.0.0.1:{port}/v1"), 1, &capsule);
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    match result {
+        Err(DriverError::Exhausted { attempts: 2, .. }) => {}
+        other => panic!("expected Exhausted after 2 attempts, got {other:?}"),
+    }
+    assert_eq!(attempts.len(), 2);
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a.outcome == "connect" && a.http_status.is_none()),
+        "{attempts:?}"
+    );
+}
+
+#[test]
+fn openai_timeout_is_its_own_outcome() {
+    let server = FakeServer::start(vec![
+        reply(200, text_answer()).after(Duration::from_millis(2500))
+    ]);
+    let capsule = Capsule::new();
+    let mut c = choice(DriverKind::Openai, &server.base, 0);
+    c.request_timeout_secs = 1;
+    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    assert!(matches!(
+        result,
+        Err(DriverError::Exhausted { attempts: 1, .. })
+    ));
+    assert_eq!(attempts[0].outcome, "timeout");
+}
+
+#[test]
+fn openai_missing_env_credential_names_the_variable() {
+    let capsule = Capsule::new();
+    let mut c = choice(DriverKind::Openai, "http://127.0.0.1:9", 0);
+    c.credential = Some(Credential::Env("MUR_TEST_SURELY_UNSET_KEY".to_string()));
+    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    match result {
+        Err(DriverError::Credential(m)) => assert!(m.contains("MUR_TEST_SURELY_UNSET_KEY")),
+        other => panic!("expected Credential, got {other:?}"),
+    }
+    assert!(attempts.is_empty());
+}
+
+#[test]
+fn openai_without_credential_sends_no_authorization() {
+    let server = FakeServer::start(vec![reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let mut c = choice(DriverKind::Openai, &server.base, 0);
+    c.credential = None;
+    c.max_output_tokens = None;
+    c.temperature = None;
+    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
+    assert_eq!(d.url(), format!("{}/chat/completions", server.base));
+    call(&mut d, &hello(), &[]).0.unwrap();
+    let seen = &server.seen()[0];
+    assert_eq!(seen.header("authorization"), None);
+    assert!(seen.body.get("max_tokens").is_none());
+    assert!(seen.body.get("temperature").is_none());
+}
+
+#[test]
+fn openai_without_model_is_refused() {
+    let mut c = choice(DriverKind::Openai, "http://127.0.0.1:9", 0);
+    c.model = None;
+    assert!(matches!(
+        OpenAiDriver::new(&c, Path::new(".")),
+        Err(DriverError::Fatal { .. })
+    ));
+}
+
+#[test]
+fn openai_odd_bodies_never_panic() {
+    let bodies = [
+        json!({}),
+        json!({"choices": []}),
+        json!({"choices": [{}]}),
+        json!({"choices": [{"message": {"tool_calls": [null, 3, {"function": 7}]}}]}),
+        json!({"choices": [{"message": {"content": 42}}], "usage": {"prompt_tokens": -1}}),
+        json!({"error": {"message": "oops"}}),
+        json!([1, 2]),
+    ];
+    for body in bodies {
+        let server = FakeServer::start(vec![reply(200, body.clone())]);
+        let capsule = Capsule::new();
+        let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &[]);
+        if let Ok(r) = result {
+            assert!(r.text.is_none(), "{body}: {r:?}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- anthropic
+
+fn anthropic_answer() -> Value {
+    json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [
+            {"type": "text", "text": "Looking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"args": ["-1"]}},
+        ],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 100, "output_tokens": 20,
+                  "cache_read_input_tokens": 30, "cache_creation_input_tokens": 5},
+    })
+}
+
+#[test]
+fn anthropic_tool_use_request_and_usage() {
+    let server = FakeServer::start(vec![reply(200, anthropic_answer())]);
+    let capsule = Capsule::new();
+    let mut c = choice(DriverKind::Anthropic, &format!("{}/", server.base), 0);
+    c.max_output_tokens = None;
+    let mut d = AnthropicDriver::new(&c, capsule.path()).unwrap();
+    let conversation = vec![
+        Message::User("List files.".to_string()),
+        Message::Assistant {
+            text: Some("Two calls.".to_string()),
+            tool_calls: vec![
+                ToolCall {
+                    id: "toolu_a".to_string(),
+                    name: "ls".to_string(),
+                    arguments: Arguments::Json(json!({})),
+                },
+                ToolCall {
+                    id: "toolu_b".to_string(),
+                    name: "ls".to_string(),
+                    arguments: Arguments::Invalid("nope".to_string()),
+                },
+            ],
+        },
+        Message::Tool {
+            call_id: "toolu_a".to_string(),
+            name: "ls".to_string(),
+            content: "a".to_string(),
+        },
+        Message::Tool {
+            call_id: "toolu_b".to_string(),
+            name: "ls".to_string(),
+            content: "b".to_string(),
+        },
+    ];
+    let (result, attempts) = call(&mut d, &conversation, &tools());
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Looking."));
+    assert_eq!(
+        r.tool_calls,
+        vec![ToolCall {
+            id: "toolu_1".to_string(),
+            name: "ls".to_string(),
+            arguments: Arguments::Json(json!({"args": ["-1"]})),
+        }]
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("tool_use"));
+    assert_eq!(r.model.as_deref(), Some("claude-test"));
+    assert_eq!(r.usage.input, 135, "input + cache read + cache write");
+    assert_eq!(r.usage.output, 20);
+    assert_eq!(r.usage.cached, Some(30));
+    assert_eq!(r.usage.cache_write, Some(5));
+    assert!(!r.usage.estimated);
+    assert_eq!(attempts.len(), 1);
+
+    let seen = &server.seen()[0];
+    assert_eq!(seen.path, "/v1/messages");
+    assert_eq!(seen.header("x-api-key"), Some("sk-test"));
+    assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(seen.header("authorization"), None);
+    let b = &seen.body;
+    assert_eq!(b["max_tokens"], 4096);
+    assert_eq!(b["system"], "You are terse.");
+    assert_eq!(b["tools"][0]["input_schema"]["type"], "object");
+    assert_eq!(
+        b["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "List files."}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Two calls."},
+                {"type": "tool_use", "id": "toolu_a", "name": "ls", "input": {}},
+                {"type": "tool_use", "id": "toolu_b", "name": "ls",
+                 "input": {"invalid_arguments": "nope"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": "a"},
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "b"},
+            ]},
+        ])
+    );
+}
+
+#[test]
+fn anthropic_overloaded_is_retried() {
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let server = FakeServer::start(vec![
+        reply(529, overloaded.clone()),
+        reply(200, overloaded),
+        reply(200, anthropic_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut anthropic(&server.base, 2, &capsule), &hello(), &[]);
+    assert!(result.is_ok(), "{result:?}");
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["overloaded", "overloaded", "ok"]);
+    assert_eq!(attempts[0].http_status, Some(529));
+}
+
+#[test]
+fn anthropic_bad_request_is_fatal_with_the_provider_message() {
+    let server = FakeServer::start(vec![reply(
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+               "message": "messages: roles must alternate"}}),
+    )]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut anthropic(&server.base, 3, &capsule), &hello(), &[]);
+    match result {
+        Err(DriverError::Fatal { detail, .. }) => {
+            assert!(detail.contains("roles must alternate"), "{detail}")
+        }
+        other => panic!("expected Fatal, got {other:?}"),
+    }
+    assert_eq!(attempts.len(), 1);
+}
+
+#[test]
+fn anthropic_no_usage_is_estimated() {
+    let server = FakeServer::start(vec![reply(
+        200,
+        json!({"content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn"}),
+    )]);
+    let capsule = Capsule::new();
+    let (result, _) = call(&mut anthropic(&server.base, 0, &capsule), &hello(), &[]);
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Hi"));
+    assert!(r.usage.estimated);
+}
