@@ -163,9 +163,3 @@ fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
         cx.err(e.pos, "", format!("invalid YAML: {}", e.message));
     }
 }
-
-impl std::fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}: {}: {}", self.file, self.line, self.column, self.path, self.message)
-    }
-}
