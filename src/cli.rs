@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "CHOICE")]
     pub driver: Option<String>,
     /// Write the session's records (trace.jsonl, logs/, out/) under DIR instead of
-    /// $MURMUR_HOME/records/<capsule path>/<session id>.
+    /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,
 }

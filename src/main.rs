@@ -21,11 +21,16 @@ struct Fail {
 }
 
 fn usage(message: impl Into<String>) -> Fail {
-    Fail { code: EXIT_USAGE, message: message.into() }
+    Fail {
+        code: EXIT_USAGE,
+        message: message.into(),
+    }
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_timestamp_millis().init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp_millis()
+        .init();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
@@ -48,7 +53,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         }
         Command::Stage(args) => {
             let (dir, text, m) = load(&args.capsule)?;
-            let staged = staging::stage(&staging::murmur_home(), &dir, &text, &m).map_err(|e| usage(e.to_string()))?;
+            let staged = staging::stage(&staging::murmur_home(), &dir, &text, &m)
+                .map_err(|e| usage(e.to_string()))?;
             println!("session: {}", staged.session_id);
             println!("runtime directory: {}", staged.runtime_dir.display());
             println!("workdir: {}", staged.workdir.display());
@@ -64,11 +70,18 @@ fn run(cli: Cli) -> Result<u8, Fail> {
 
 /// Loads and validates a capsule's manifest, and runs staging's checks without writing.
 fn load(capsule: &Path) -> Result<(std::path::PathBuf, String, Manifest), Fail> {
-    let (dir, manifest_path) = staging::resolve_capsule(capsule).map_err(|e| usage(e.to_string()))?;
-    let text = std::fs::read_to_string(&manifest_path).map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
+    let (dir, manifest_path) =
+        staging::resolve_capsule(capsule).map_err(|e| usage(e.to_string()))?;
+    let text = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
     let m = manifest::parse_str(&text, &manifest_path.display().to_string()).map_err(|e| {
         let lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-        usage(format!("{} error(s) in {}\n{}", lines.len(), manifest_path.display(), lines.join("\n")))
+        usage(format!(
+            "{} error(s) in {}\n{}",
+            lines.len(),
+            manifest_path.display(),
+            lines.join("\n")
+        ))
     })?;
     staging::inventory(&m).map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
     Ok((dir, text, m))
@@ -78,14 +91,19 @@ fn read_task(args: &RunArgs) -> Result<String, Fail> {
     let task = if let Some(t) = &args.task {
         t.clone()
     } else if let Some(f) = &args.task_file {
-        std::fs::read_to_string(f).map_err(|e| usage(format!("--task-file {}: {e}", f.display())))?
+        std::fs::read_to_string(f)
+            .map_err(|e| usage(format!("--task-file {}: {e}", f.display())))?
     } else {
         let mut stdin = std::io::stdin();
         if stdin.is_terminal() {
-            return Err(usage("no task: give --task TEXT, --task-file FILE, or the task on standard input"));
+            return Err(usage(
+                "no task: give --task TEXT, --task-file FILE, or the task on standard input",
+            ));
         }
         let mut s = String::new();
-        stdin.read_to_string(&mut s).map_err(|e| usage(format!("reading the task from standard input: {e}")))?;
+        stdin
+            .read_to_string(&mut s)
+            .map_err(|e| usage(format!("reading the task from standard input: {e}")))?;
         s
     };
     if task.trim().is_empty() {
@@ -98,18 +116,30 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let capsule = args.capsule.clone().unwrap_or_else(|| ".".into());
     let (dir, text, m) = load(&capsule)?;
     let task = read_task(&args)?;
-    let deadline = args.deadline.as_deref().map(|d| parse_deadline(d, SystemTime::now())).transpose().map_err(usage)?;
-    let inf = m.inference.as_ref().ok_or_else(|| usage("this capsule has no inference: block"))?;
+    let deadline = args
+        .deadline
+        .as_deref()
+        .map(|d| parse_deadline(d, SystemTime::now()))
+        .transpose()
+        .map_err(usage)?;
+    let inf = m
+        .inference
+        .as_ref()
+        .ok_or_else(|| usage("this capsule has no inference: block"))?;
     let choice = args.driver.clone().unwrap_or_else(|| inf.driver.clone());
     if inf.choice(&choice).is_none() {
         let names: Vec<&str> = inf.choices.iter().map(|(n, _)| n.as_str()).collect();
-        return Err(usage(format!("--driver `{choice}` is not a key of inference.choices ({})", names.join(", "))));
+        return Err(usage(format!(
+            "--driver `{choice}` is not a key of inference.choices ({})",
+            names.join(", ")
+        )));
     }
     let system_prompt = match (&m.prompt.system, &m.prompt.system_file) {
         (Some(s), _) => s.clone(),
         (None, Some(f)) => {
             let p = dir.join(f);
-            std::fs::read_to_string(&p).map_err(|e| usage(format!("prompt.system_file {}: {e}", p.display())))?
+            std::fs::read_to_string(&p)
+                .map_err(|e| usage(format!("prompt.system_file {}: {e}", p.display())))?
         }
         (None, None) => session::DEFAULT_SYSTEM_PROMPT.to_string(),
     };
@@ -126,22 +156,47 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         None => staging::default_records_dir(&home, &dir, &staged.session_id),
     };
     let shutdown = mur::signals::ShutdownHandle::new();
-    mur::signals::start(shutdown.clone()).map_err(|e| Fail { code: EXIT_FAILED, message: format!("cannot install signal handlers: {e}") })?;
-    log::info!("session {} records in {}", staged.session_id, records_dir.display());
-    let spec = SessionSpec { manifest: m, staged, records_dir, deadline, choice, task, system_prompt };
+    mur::signals::start(shutdown.clone()).map_err(|e| Fail {
+        code: EXIT_FAILED,
+        message: format!("cannot install signal handlers: {e}"),
+    })?;
+    log::info!(
+        "session {} records in {}",
+        staged.session_id,
+        records_dir.display()
+    );
+    let spec = SessionSpec {
+        manifest: m,
+        staged,
+        records_dir,
+        deadline,
+        choice,
+        task,
+        system_prompt,
+    };
     let progress = mur::progress::Progress::start();
-    let outcome = session::run(spec, shutdown.receiver(), progress).map_err(|e| Fail { code: EXIT_FAILED, message: e.to_string() })?;
+    let outcome = session::run(spec, shutdown.receiver(), progress).map_err(|e| Fail {
+        code: EXIT_FAILED,
+        message: e.to_string(),
+    })?;
     let interrupted = shutdown.fired();
     if let Some(a) = &outcome.answer {
         let mut out = std::io::stdout().lock();
         let r = writeln!(out, "{a}").and_then(|_| out.flush());
         if let Err(e) = r {
             if e.kind() != std::io::ErrorKind::BrokenPipe {
-                return Err(Fail { code: EXIT_FAILED, message: format!("writing the answer: {e}") });
+                return Err(Fail {
+                    code: EXIT_FAILED,
+                    message: format!("writing the answer: {e}"),
+                });
             }
         }
     } else if let Some(e) = &outcome.error {
-        eprintln!("mur: task {}: {e} (records: {})", outcome.status, outcome.records_dir.display());
+        eprintln!(
+            "mur: task {}: {e} (records: {})",
+            outcome.status,
+            outcome.records_dir.display()
+        );
     }
     Ok(outcome.status.exit_code(interrupted))
 }

@@ -31,18 +31,27 @@ impl Progress {
         let state = Arc::new(Mutex::new(State::default()));
         let s = state.clone();
         let start = Instant::now();
-        let _ = std::thread::Builder::new().name("progress".into()).stack_size(64 * 1024).spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(250));
-            let st = s.lock();
-            let mut err = std::io::stderr().lock();
-            if st.done {
-                let _ = write!(err, "\r\x1b[2K");
+        let _ = std::thread::Builder::new()
+            .name("progress".into())
+            .stack_size(64 * 1024)
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(250));
+                let st = s.lock();
+                let mut err = std::io::stderr().lock();
+                if st.done {
+                    let _ = write!(err, "\r\x1b[2K");
+                    let _ = err.flush();
+                    return;
+                }
+                let _ = write!(
+                    err,
+                    "\r\x1b[2K[turn {}] {} ({}s)",
+                    st.turn,
+                    st.doing,
+                    start.elapsed().as_secs()
+                );
                 let _ = err.flush();
-                return;
-            }
-            let _ = write!(err, "\r\x1b[2K[turn {}] {} ({}s)", st.turn, st.doing, start.elapsed().as_secs());
-            let _ = err.flush();
-        });
+            });
         Progress { state: Some(state) }
     }
 

@@ -27,7 +27,11 @@ impl ShutdownHandle {
     /// A broadcaster that has not fired.
     pub fn new() -> Self {
         let (tx, rx) = bounded(0);
-        ShutdownHandle { tx: Arc::new(Mutex::new(Some(tx))), rx, signal: Arc::new(AtomicI32::new(0)) }
+        ShutdownHandle {
+            tx: Arc::new(Mutex::new(Some(tx))),
+            rx,
+            signal: Arc::new(AtomicI32::new(0)),
+        }
     }
 
     /// A receiver to `select!` on.
@@ -37,7 +41,9 @@ impl ShutdownHandle {
 
     /// Fires the shutdown (idempotent).
     pub fn fire(&self, signal: i32) {
-        self.signal.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).ok();
+        self.signal
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+            .ok();
         self.tx.lock().take();
     }
 
@@ -66,11 +72,14 @@ impl Default for ShutdownHandle {
 /// Errors: the signal handlers cannot be installed.
 pub fn start(handle: ShutdownHandle) -> std::io::Result<()> {
     let mut signals = Signals::new([SIGINT, SIGTERM])?;
-    std::thread::Builder::new().name("signals".into()).stack_size(64 * 1024).spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            log::info!("signal {sig}: shutting down");
-            handle.fire(sig);
-        }
-    })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log::info!("signal {sig}: shutting down");
+                handle.fire(sig);
+            }
+        })?;
     Ok(())
 }

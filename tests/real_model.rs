@@ -232,3 +232,64 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
     assert!(response.usage.input > response.usage.output);
     assert!(response.text.is_some() || !response.tool_calls.is_empty());
 }
+
+/// `mur run` end to end against the real server: the session completes with the
+/// model's answer in out/result.txt and the server's own token counts in the
+/// inference records.
+#[test]
+fn mur_run_completes_against_llama_cpp() {
+    let server = LlamaServer::start();
+    let root = tempfile::tempdir().unwrap();
+    let capsule = root.path().join("capsule");
+    std::fs::create_dir_all(&capsule).unwrap();
+    std::fs::write(
+        capsule.join("murmur.yaml"),
+        format!(
+            "name: real\nprompt:\n  system: \"You are a helpful assistant. Answer in one short sentence.\"\ninference:\n  driver: local\n  choices:\n    local:\n      driver: openai\n      model: smollm2-135m-instruct\n      base_url: \"{}/v1\"\n      context_window: 2048\n      max_output_tokens: 48\n      temperature: 0.0\n  max_turns: 4\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let records = root.path().join("records");
+    let out = Command::new(env!("CARGO_BIN_EXE_mur"))
+        .arg("run")
+        .arg(&capsule)
+        .arg("--records-dir")
+        .arg(&records)
+        .args(["--task", "What is the capital of France?"])
+        .env("MURMUR_HOME", root.path().join("home"))
+        .output()
+        .unwrap();
+    let trace = std::fs::read_to_string(records.join("trace.jsonl")).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}\ntrace:\n{trace}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
+    let answer = std::fs::read_to_string(records.join("out/result.txt")).unwrap();
+    println!("answer: {answer:?}");
+    assert!(!answer.trim().is_empty());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{answer}\n"));
+    let inference: Vec<serde_json::Value> = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "inference")
+        .collect();
+    assert!(!inference.is_empty());
+    for r in &inference {
+        println!(
+            "inference record: input {} output {}",
+            r["input_tokens"], r["output_tokens"]
+        );
+        assert_eq!(r["usage_source"], "provider", "{r}");
+        assert!(r["input_tokens"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["output_tokens"].as_u64().unwrap() > 0, "{r}");
+    }
+    assert!(trace
+        .lines()
+        .last()
+        .unwrap()
+        .contains("\"type\":\"session_end\""));
+}

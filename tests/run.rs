@@ -19,25 +19,65 @@ fn hello_example_completes_offline() {
         .args(["--task", "How many files are there?"])
         .output()
         .unwrap();
-    let run = support::Run { output: out, records: c.records.clone() };
+    let run = support::Run {
+        output: out,
+        records: c.records.clone(),
+    };
     assert_eq!(run.code(), 0, "{}", run.dump());
-    assert_eq!(run.stdout(), "There are 3 files: alpha.txt, beta.txt and gamma.txt, with 6 lines in all.\n");
-    let kinds: Vec<String> = run.trace().iter().map(|r| r["type"].as_str().unwrap().to_string()).collect();
-    for k in ["session_start", "task_start", "inference", "tool_call", "session_status", "task_end", "session_end"] {
+    assert_eq!(
+        run.stdout(),
+        "There are 3 files: alpha.txt, beta.txt and gamma.txt, with 6 lines in all.\n"
+    );
+    let kinds: Vec<String> = run
+        .trace()
+        .iter()
+        .map(|r| r["type"].as_str().unwrap().to_string())
+        .collect();
+    for k in [
+        "session_start",
+        "task_start",
+        "inference",
+        "tool_call",
+        "session_status",
+        "task_end",
+        "session_end",
+    ] {
         assert!(kinds.contains(&k.to_string()), "no {k} record: {kinds:?}");
     }
     assert_eq!(kinds.last().unwrap(), "session_end");
-    assert_eq!(run.one("session_start")["tools_declared"], json!(["ls", "wc", "session-status"]));
+    assert_eq!(
+        run.one("session_start")["tools_declared"],
+        json!(["ls", "wc", "session-status"])
+    );
     assert_eq!(run.one("task_end")["exit_status"], "completed");
     assert_eq!(run.one("session_end")["exit_status"], "completed");
     let texts = run.tool_texts();
-    assert!(texts[0].starts_with("<untrusted-content source=tool:ls>\nwork_id: wrk_"), "{}", texts[0]);
-    assert!(texts[0].contains("exit_code: 0\nstatus: ok\n"), "{}", texts[0]);
-    assert!(texts[0].ends_with("\n\nalpha.txt\nbeta.txt\ngamma.txt\n</untrusted-content>"), "{}", texts[0]);
+    assert!(
+        texts[0].starts_with("<untrusted-content source=tool:ls>\nwork_id: wrk_"),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[0].contains("exit_code: 0\nstatus: ok\n"),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[0].ends_with("\n\nalpha.txt\nbeta.txt\ngamma.txt\n</untrusted-content>"),
+        "{}",
+        texts[0]
+    );
     assert!(texts[1].contains(" 6 total\n"), "{}", texts[1]);
-    assert_eq!(run.result_txt(), "There are 3 files: alpha.txt, beta.txt and gamma.txt, with 6 lines in all.");
+    assert_eq!(
+        run.result_txt(),
+        "There are 3 files: alpha.txt, beta.txt and gamma.txt, with 6 lines in all."
+    );
     // sequence numbers are consecutive from 1
-    let seqs: Vec<u64> = run.trace().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = run
+        .trace()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 }
 
@@ -45,12 +85,28 @@ fn hello_example_completes_offline() {
 fn staging_writes_one_tool_manifest_per_tool_and_nothing_for_absent_grants() {
     let c = Capsule::scripted(&["ls"], "", "- text: hi\n");
     let out = c.mur().arg("stage").arg(&c.dir).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let run_dir = std::fs::read_dir(c.home.join("run")).unwrap().next().unwrap().unwrap().path();
-    let mut tools: Vec<String> = std::fs::read_dir(run_dir.join("tools")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = std::fs::read_dir(c.home.join("run"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut tools: Vec<String> = std::fs::read_dir(run_dir.join("tools"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     tools.sort();
     assert_eq!(tools, ["ls", "session-status"]);
-    let m: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(run_dir.join("tools/session-status/murmur.yaml")).unwrap()).unwrap();
+    let m: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(run_dir.join("tools/session-status/murmur.yaml")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(m["version"], "0.0.0");
     assert_eq!(m["runtime"], "tool");
     assert_eq!(m["implementation"], "native");
@@ -60,7 +116,11 @@ fn staging_writes_one_tool_manifest_per_tool_and_nothing_for_absent_grants() {
 
 #[test]
 fn reserved_artifact_names_are_refused_with_e_cap_013() {
-    for name in ["murmur/delegate-task", "ana/pull-artifact", "x/session-status"] {
+    for name in [
+        "murmur/delegate-task",
+        "ana/pull-artifact",
+        "x/session-status",
+    ] {
         let c = Capsule::scripted(&[], &format!("tools: [{name}]\n"), "- text: hi\n");
         let run = c.run("t", &[]);
         assert_eq!(run.code(), 2, "{}", run.dump());
@@ -72,11 +132,20 @@ fn reserved_artifact_names_are_refused_with_e_cap_013() {
 
 #[test]
 fn grants_of_tools_this_build_lacks_are_refused_at_staging_naming_them() {
-    let c = Capsule::scripted(&[], "capabilities:\n  plan: {submit: true}\n", "- text: hi\n");
+    let c = Capsule::scripted(
+        &[],
+        "capabilities:\n  plan: {submit: true}\n",
+        "- text: hi\n",
+    );
     // scripted() wrote no capabilities block for an empty allowlist, so this is the only one
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 2, "{}", run.dump());
-    assert!(run.stderr().contains("capabilities.plan.submit grants `submit-plan`"), "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("capabilities.plan.submit grants `submit-plan`"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]
@@ -114,12 +183,36 @@ fn malformed_tool_calls_get_tool_errors_not_a_crash() {
     assert_eq!(run.code(), 0, "{}", run.dump());
     assert_eq!(run.stdout(), "survived\n");
     let t = run.tool_texts();
-    assert!(t[0].contains("the arguments of this call to `ls` are not JSON: `{not json`"), "{}", t[0]);
-    assert!(t[1].contains("`args[1]` must be a string, got an object"), "{}", t[1]);
-    assert!(t[2].contains("`args` must be an array of strings, got a string"), "{}", t[2]);
-    assert!(t[3].contains("repeats a call id already used in this turn"), "{}", t[3]);
-    assert!(t[4].contains("session-status takes no input; unknown key `verbose`"), "{}", t[4]);
-    let ids: Vec<String> = run.records("tool_call").iter().map(|r| r["call_id"].as_str().unwrap().to_string()).collect();
+    assert!(
+        t[0].contains("the arguments of this call to `ls` are not JSON: `{not json`"),
+        "{}",
+        t[0]
+    );
+    assert!(
+        t[1].contains("`args[1]` must be a string, got an object"),
+        "{}",
+        t[1]
+    );
+    assert!(
+        t[2].contains("`args` must be an array of strings, got a string"),
+        "{}",
+        t[2]
+    );
+    assert!(
+        t[3].contains("repeats a call id already used in this turn"),
+        "{}",
+        t[3]
+    );
+    assert!(
+        t[4].contains("session-status takes no input; unknown key `verbose`"),
+        "{}",
+        t[4]
+    );
+    let ids: Vec<String> = run
+        .records("tool_call")
+        .iter()
+        .map(|r| r["call_id"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(ids, ["a", "b", "c", "c-2", "d"]);
 }
 
@@ -137,13 +230,41 @@ fn shell_result_reports_signal_as_128_plus_and_keeps_full_log() {
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let t = run.tool_texts();
-    assert!(t[0].contains("exit_code: 137\nsignal: SIGKILL\nstatus: error\n"), "{}", t[0]);
-    assert!(t[0].contains("\n\nout\nerr\n</untrusted-content>"), "{}", t[0]);
-    assert!(t[1].contains("output_bytes: 20005\noutput_shown: last 16384 bytes\n\n"), "{}", t[1]);
-    assert!(t[1].ends_with("xxxx\nEND\n</untrusted-content>"), "{}", t[1]);
-    let log = run.records("tool_call")[1]["work_id"].as_str().unwrap().to_string();
-    assert_eq!(std::fs::metadata(c.records.join(format!("logs/{log}.log"))).unwrap().len(), 20005);
-    assert!(t[2].contains("cannot start `no-such-binary-here`"), "{}", t[2]);
+    assert!(
+        t[0].contains("exit_code: 137\nsignal: SIGKILL\nstatus: error\n"),
+        "{}",
+        t[0]
+    );
+    assert!(
+        t[0].contains("\n\nout\nerr\n</untrusted-content>"),
+        "{}",
+        t[0]
+    );
+    assert!(
+        t[1].contains("output_bytes: 20005\noutput_shown: last 16384 bytes\n\n"),
+        "{}",
+        t[1]
+    );
+    assert!(
+        t[1].ends_with("xxxx\nEND\n</untrusted-content>"),
+        "{}",
+        t[1]
+    );
+    let log = run.records("tool_call")[1]["work_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        std::fs::metadata(c.records.join(format!("logs/{log}.log")))
+            .unwrap()
+            .len(),
+        20005
+    );
+    assert!(
+        t[2].contains("cannot start `no-such-binary-here`"),
+        "{}",
+        t[2]
+    );
     assert_eq!(run.records("tool_call")[2]["status"], "failed");
 }
 
@@ -160,12 +281,24 @@ fn session_status_reports_none_and_unknown_as_the_spec_says() {
     assert_eq!(st["turns"], json!({"used": 1, "cap": "none"}));
     assert_eq!(st["keep_working"], "none");
     assert_eq!(st["done_check"], "none");
-    assert_eq!(st["context"], json!({"used_tokens": 120, "window_tokens": "none", "budget_tokens": "none", "budget_basis": "none", "measured_by": "actual"}));
-    assert_eq!(st["tokens"], json!({"input": 100, "output": 20, "cached": "unknown", "cache_write": "unknown", "unreported_calls": 0}));
-    assert_eq!(st["spend"], json!({"tokens": 120, "ceiling": "none", "machine": "none"}));
+    assert_eq!(
+        st["context"],
+        json!({"used_tokens": 120, "window_tokens": "none", "budget_tokens": "none", "budget_basis": "none", "measured_by": "actual"})
+    );
+    assert_eq!(
+        st["tokens"],
+        json!({"input": 100, "output": 20, "cached": "unknown", "cache_write": "unknown", "unreported_calls": 0})
+    );
+    assert_eq!(
+        st["spend"],
+        json!({"tokens": 120, "ceiling": "none", "machine": "none"})
+    );
     assert!(st.get("quota").is_none());
     let text = &run.tool_texts()[0];
-    assert_eq!(text, &format!("<untrusted-content source=tool:session-status>\n{st}\n</untrusted-content>"));
+    assert_eq!(
+        text,
+        &format!("<untrusted-content source=tool:session-status>\n{st}\n</untrusted-content>")
+    );
 }
 
 #[test]
@@ -179,28 +312,39 @@ inference:
   max_turns: 7
   max_session_tokens: 5000
 "#;
-    let c = Capsule::new().manifest(manifest).file("replies.yaml", "- tool_calls:\n    - {name: session-status}\n- text: done\n");
+    let c = Capsule::new().manifest(manifest).file(
+        "replies.yaml",
+        "- tool_calls:\n    - {name: session-status}\n- text: done\n",
+    );
     let run = c.run("t", &["--deadline", "1h"]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let st = &run.one("session_status")["status"];
     assert_eq!(st["turns"], json!({"used": 1, "cap": 7}));
     assert_eq!(st["context"]["window_tokens"], 8000);
     assert_eq!(st["context"]["budget_tokens"], 7000);
-    assert_eq!(st["context"]["budget_basis"], "context_window_less_output_cap");
+    assert_eq!(
+        st["context"]["budget_basis"],
+        "context_window_less_output_cap"
+    );
     assert_eq!(st["context"]["measured_by"], "estimate");
     assert_eq!(st["tokens"]["input"], "unknown");
     assert_eq!(st["tokens"]["unreported_calls"], 1);
     assert_eq!(st["spend"]["ceiling"], 5000);
     let left = st["time"]["deadline"]["left_secs"].as_u64().unwrap();
     assert!((3590..=3600).contains(&left), "{left}");
-    assert!(st["time"]["deadline"]["at"].as_str().unwrap().ends_with('Z'));
+    assert!(st["time"]["deadline"]["at"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
 }
 
 #[test]
 fn max_turns_ends_the_task_with_exit_3() {
     let script = "- tool_calls: [{name: session-status}]\n- tool_calls: [{name: session-status}]\n- text: never\n";
     let c = Capsule::scripted(&[], "", script);
-    let m = std::fs::read_to_string(c.dir.join("murmur.yaml")).unwrap().replace("inference:\n", "inference:\n  max_turns: 2\n");
+    let m = std::fs::read_to_string(c.dir.join("murmur.yaml"))
+        .unwrap()
+        .replace("inference:\n", "inference:\n  max_turns: 2\n");
     let c = c.manifest(&m);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 3, "{}", run.dump());
@@ -213,12 +357,19 @@ fn max_turns_ends_the_task_with_exit_3() {
 fn max_session_tokens_ends_the_task_with_spend_ceiling() {
     let script = "- tool_calls: [{name: session-status}]\n  usage: {input: 900, output: 200}\n- text: never\n";
     let c = Capsule::scripted(&[], "", script);
-    let m = std::fs::read_to_string(c.dir.join("murmur.yaml")).unwrap().replace("inference:\n", "inference:\n  max_session_tokens: 1000\n");
+    let m = std::fs::read_to_string(c.dir.join("murmur.yaml"))
+        .unwrap()
+        .replace("inference:\n", "inference:\n  max_session_tokens: 1000\n");
     let c = c.manifest(&m);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 3, "{}", run.dump());
     assert_eq!(run.one("task_end")["exit_status"], "spend_ceiling");
-    assert!(run.stderr().contains("inference.max_session_tokens (1000) reached: 1100 tokens spent"), "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("inference.max_session_tokens (1000) reached: 1100 tokens spent"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]
@@ -227,8 +378,15 @@ fn a_script_that_runs_out_fails_the_task_clearly() {
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 1, "{}", run.dump());
     assert_eq!(run.one("task_end")["exit_status"], "failed");
-    assert!(run.one("task_failed")["error"].as_str().unwrap().contains("the script has 1 turn(s) and turn 2 was asked for"));
-    assert!(run.stderr().contains("turn 2 was asked for"), "{}", run.stderr());
+    assert!(run.one("task_failed")["error"]
+        .as_str()
+        .unwrap()
+        .contains("the script has 1 turn(s) and turn 2 was asked for"));
+    assert!(
+        run.stderr().contains("turn 2 was asked for"),
+        "{}",
+        run.stderr()
+    );
     assert!(run.result_txt().starts_with("failed: "));
 }
 
@@ -242,12 +400,21 @@ fn deadline_stops_a_running_command_with_its_group_and_exits_3() {
     assert_eq!(run.code(), 3, "{}", run.dump());
     assert_eq!(run.one("task_end")["exit_status"], "deadline");
     assert_eq!(run.one("session_end")["exit_status"], "deadline");
-    let pid: i32 = std::fs::read_to_string(c.dir.join("work/child.pid")).unwrap().trim().parse().unwrap();
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid), "grandchild {pid} survived");
+    let pid: i32 = std::fs::read_to_string(c.dir.join("work/child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid),
+        "grandchild {pid} survived"
+    );
 }
 
 fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.contains(") Z "))
+        .unwrap_or(true)
 }
 
 #[test]
@@ -257,7 +424,11 @@ fn the_deadline_notice_rides_on_the_first_tool_result_inside_the_margin_once() {
     let run = c.run("t", &["--deadline", "120s"]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let t = run.tool_texts();
-    assert!(!t[0].contains("Session deadline"), "a refused call carries no notice: {}", t[0]);
+    assert!(
+        !t[0].contains("Session deadline"),
+        "a refused call carries no notice: {}",
+        t[0]
+    );
     let line = t[1].lines().last().unwrap();
     let re = regex_like(line);
     assert!(re, "{line}");
@@ -268,15 +439,26 @@ fn the_deadline_notice_rides_on_the_first_tool_result_inside_the_margin_once() {
 
 /// `Session deadline: the runtime ends this session at <RFC 3339>, in <n> seconds.`
 fn regex_like(line: &str) -> bool {
-    let Some(rest) = line.strip_prefix("Session deadline: the runtime ends this session at ") else { return false };
-    let Some((at, rest)) = rest.split_once(", in ") else { return false };
-    let Some(n) = rest.strip_suffix(" seconds.") else { return false };
+    let Some(rest) = line.strip_prefix("Session deadline: the runtime ends this session at ")
+    else {
+        return false;
+    };
+    let Some((at, rest)) = rest.split_once(", in ") else {
+        return false;
+    };
+    let Some(n) = rest.strip_suffix(" seconds.") else {
+        return false;
+    };
     at.len() == 20 && at.ends_with('Z') && n.parse::<u64>().is_ok_and(|n| (110..=120).contains(&n))
 }
 
 #[test]
 fn deadline_notice_0_sends_none() {
-    let c = Capsule::scripted(&[], "lifecycle:\n  deadline_notice_secs: 0\n", "- tool_calls: [{name: session-status}]\n- text: done\n");
+    let c = Capsule::scripted(
+        &[],
+        "lifecycle:\n  deadline_notice_secs: 0\n",
+        "- tool_calls: [{name: session-status}]\n- text: done\n",
+    );
     let run = c.run("t", &["--deadline", "10s"]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     assert!(run.records("deadline_notice").is_empty());
@@ -304,13 +486,21 @@ fn sigterm_to_mur_stops_the_command_and_still_writes_session_end() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(100));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let trace = support::read_trace(&c.records);
     assert_eq!(trace.last().unwrap()["type"], "session_end");
     assert_eq!(trace.last().unwrap()["exit_status"], "canceled");
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid));
 }
 
@@ -328,20 +518,36 @@ fn task_from_stdin_and_from_file() {
         .spawn()
         .unwrap();
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"task from stdin").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"task from stdin")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(support::read_trace(&c.records).iter().find(|r| r["type"] == "task_start").unwrap()["text"], "task from stdin");
+    assert_eq!(
+        support::read_trace(&c.records)
+            .iter()
+            .find(|r| r["type"] == "task_start")
+            .unwrap()["text"],
+        "task from stdin"
+    );
     let run = c.run("x", &[]);
     assert_eq!(run.code(), 2, "a records dir holding a trace is refused");
-    assert!(run.stderr().contains("already holds a session's trace.jsonl"));
+    assert!(run
+        .stderr()
+        .contains("already holds a session's trace.jsonl"));
 }
 
 #[test]
 fn every_trace_line_parses_and_carries_the_envelope() {
     let c = Capsule::scripted(&["ls"], "", "- tool_calls: [{name: ls}]\n- text: done\n");
     let run = c.run("t", &[]);
-    let session = run.one("session_start")["session"].as_str().unwrap().to_string();
+    let session = run.one("session_start")["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(session.starts_with("ses_") && session.len() == 30);
     for r in run.trace() {
         assert!(r["ts"].as_str().unwrap().ends_with('Z'));
@@ -353,7 +559,13 @@ fn every_trace_line_parses_and_carries_the_envelope() {
 #[test]
 fn default_records_dir_is_under_murmur_home() {
     let c = Capsule::scripted(&[], "", "- text: done\n");
-    let out = c.mur().arg("run").arg(&c.dir).args(["--task", "t"]).output().unwrap();
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let rel = c.dir.strip_prefix("/").unwrap();
     let base = c.home.join("records").join(rel);
@@ -361,5 +573,43 @@ fn default_records_dir_is_under_murmur_home() {
     assert_eq!(sessions.len(), 1);
     let s = sessions.into_iter().next().unwrap().unwrap().path();
     assert!(s.file_name().unwrap().to_str().unwrap().starts_with("ses_"));
-    assert_eq!(std::fs::read_to_string(s.join("out/result.txt")).unwrap(), "done");
+    assert_eq!(
+        std::fs::read_to_string(s.join("out/result.txt")).unwrap(),
+        "done"
+    );
+}
+
+#[test]
+fn mur_check_prints_every_error_with_position_and_nearest_key() {
+    let c = Capsule::new().manifest(
+        "name: t\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: r.yaml}\n  max_turnz: 3\ncapabilities:\n  shel: {allow: [rm]}\n",
+    );
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = c.dir.join("murmur.yaml").display().to_string();
+    assert!(
+        err.contains(&format!(
+            "{file}:6:3: inference: unknown key `max_turnz` (did you mean `max_turns`?)"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:8:3: capabilities: unknown key `shel` (did you mean `shell`?)"
+        )),
+        "{err}"
+    );
+    // a manifest with errors never runs
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 2);
+    assert!(!c.records.join("trace.jsonl").exists());
+    let ok = Capsule::scripted(&["ls"], "", "- text: hi\n");
+    let out = ok.mur().arg("check").arg(&ok.dir).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -53,7 +53,11 @@ impl ExitInfo {
 
     /// The signal's name (`SIGKILL`), when a signal ended it.
     pub fn signal_name(&self) -> Option<String> {
-        self.signal.map(|s| Signal::try_from(s).map(|s| s.as_str().to_string()).unwrap_or_else(|_| format!("signal {s}")))
+        self.signal.map(|s| {
+            Signal::try_from(s)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {s}"))
+        })
     }
 }
 
@@ -190,15 +194,26 @@ impl Supervisor {
     /// stderr appended to `logs_dir/<work id>.log`, and a reaper thread for it.
     ///
     /// Errors: the log cannot be created or the binary cannot be started.
-    pub fn spawn(&self, argv: &[String], cwd: &Path, logs_dir: &Path) -> Result<Arc<Running>, SpawnError> {
+    pub fn spawn(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        logs_dir: &Path,
+    ) -> Result<Arc<Running>, SpawnError> {
         let work_id = crate::ids::work_id();
         let log_path = logs_dir.join(format!("{work_id}.log"));
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
-            .map_err(|source| SpawnError::Log { path: log_path.clone(), source })?;
-        let log2 = log.try_clone().map_err(|source| SpawnError::Log { path: log_path.clone(), source })?;
+            .map_err(|source| SpawnError::Log {
+                path: log_path.clone(),
+                source,
+            })?;
+        let log2 = log.try_clone().map_err(|source| SpawnError::Log {
+            path: log_path.clone(),
+            source,
+        })?;
         let mut cmd = StdCommand::new(&argv[0]);
         cmd.args(&argv[1..])
             .current_dir(cwd)
@@ -206,7 +221,10 @@ impl Supervisor {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|source| SpawnError::Start { binary: argv[0].clone(), source })?;
+        let mut child = cmd.spawn().map_err(|source| SpawnError::Start {
+            binary: argv[0].clone(),
+            source,
+        })?;
         let pgid = child.id() as i32;
         let (tx, rx) = bounded(1);
         std::thread::Builder::new()
@@ -214,12 +232,23 @@ impl Supervisor {
             .stack_size(32 * 1024)
             .spawn(move || {
                 let info = match child.wait() {
-                    Ok(st) => ExitInfo { code: st.code(), signal: st.signal(), wait_error: None },
-                    Err(e) => ExitInfo { code: None, signal: None, wait_error: Some(format!("waitpid({pgid}): {e}")) },
+                    Ok(st) => ExitInfo {
+                        code: st.code(),
+                        signal: st.signal(),
+                        wait_error: None,
+                    },
+                    Err(e) => ExitInfo {
+                        code: None,
+                        signal: None,
+                        wait_error: Some(format!("waitpid({pgid}): {e}")),
+                    },
                 };
                 let _ = tx.send(info);
             })
-            .map_err(|source| SpawnError::Start { binary: argv[0].clone(), source })?;
+            .map_err(|source| SpawnError::Start {
+                binary: argv[0].clone(),
+                source,
+            })?;
         let running = Arc::new(Running {
             work_id: work_id.clone(),
             argv: argv.to_vec(),
@@ -241,7 +270,12 @@ impl Supervisor {
 
     /// Work ids of the commands still running (leader not yet exited).
     pub fn running(&self) -> Vec<Arc<Running>> {
-        self.commands.lock().values().filter(|c| c.try_exit().is_none()).cloned().collect()
+        self.commands
+            .lock()
+            .values()
+            .filter(|c| c.try_exit().is_none())
+            .cloned()
+            .collect()
     }
 
     /// Stops every command still running, all groups at once: SIGTERM now, SIGKILL 2 s
@@ -249,14 +283,19 @@ impl Supervisor {
     /// Returns the work ids it had to stop.
     pub fn stop_all(&self) -> Vec<String> {
         let all: Vec<Arc<Running>> = self.commands.lock().values().cloned().collect();
-        let live: Vec<Arc<Running>> = all.into_iter().filter(|c| c.try_exit().is_none() || c.group_alive()).collect();
+        let live: Vec<Arc<Running>> = all
+            .into_iter()
+            .filter(|c| c.try_exit().is_none() || c.group_alive())
+            .collect();
         let handles: Vec<_> = live
             .iter()
             .map(|c| {
                 let c = c.clone();
-                std::thread::Builder::new().stack_size(32 * 1024).spawn(move || {
-                    c.stop();
-                })
+                std::thread::Builder::new()
+                    .stack_size(32 * 1024)
+                    .spawn(move || {
+                        c.stop();
+                    })
             })
             .collect();
         for h in handles.into_iter().flatten() {

@@ -47,7 +47,11 @@ pub fn tail(path: &Path, max: u64) -> std::io::Result<Tail> {
             skip += 1;
         }
     }
-    Ok(Tail { text: String::from_utf8_lossy(&buf[skip..]).into_owned(), total_bytes: total, all: start == 0 })
+    Ok(Tail {
+        text: String::from_utf8_lossy(&buf[skip..]).into_owned(),
+        total_bytes: total,
+        all: start == 0,
+    })
 }
 
 #[cfg(test)]

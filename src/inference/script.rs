@@ -22,7 +22,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{estimate_request, estimate_tokens, Arguments, Attempt, AttemptSink, Driver, DriverError, Request, Response, ToolCall, Usage};
+use super::{
+    estimate_request, estimate_tokens, Arguments, Attempt, AttemptSink, Driver, DriverError,
+    Request, Response, ToolCall, Usage,
+};
 
 /// One scripted model turn.
 #[derive(Debug, Clone, Deserialize)]
@@ -85,15 +88,27 @@ impl ScriptDriver {
     /// Errors: the file cannot be read, or is not a list of turns (the message gives
     /// the line and column).
     pub fn load(path: &Path) -> Result<ScriptDriver, DriverError> {
-        let err = |detail: String| DriverError::Script { path: path.display().to_string(), detail };
+        let err = |detail: String| DriverError::Script {
+            path: path.display().to_string(),
+            detail,
+        };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        let turns: Vec<ScriptTurn> = serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string()))?;
-        Ok(ScriptDriver { path: path.to_path_buf(), turns, next: 0 })
+        let turns: Vec<ScriptTurn> =
+            serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string()))?;
+        Ok(ScriptDriver {
+            path: path.to_path_buf(),
+            turns,
+            next: 0,
+        })
     }
 }
 
 impl Driver for ScriptDriver {
-    fn complete(&mut self, req: &Request<'_>, attempts: AttemptSink<'_>) -> Result<Response, DriverError> {
+    fn complete(
+        &mut self,
+        req: &Request<'_>,
+        attempts: AttemptSink<'_>,
+    ) -> Result<Response, DriverError> {
         let Some(turn) = self.turns.get(self.next).cloned() else {
             return Err(DriverError::Script {
                 path: self.path.display().to_string(),
@@ -110,7 +125,10 @@ impl Driver for ScriptDriver {
             .iter()
             .enumerate()
             .map(|(i, c)| ToolCall {
-                id: c.id.clone().unwrap_or_else(|| format!("call_{}_{}", self.next, i + 1)),
+                id: c
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{}_{}", self.next, i + 1)),
                 name: c.name.clone(),
                 arguments: match (&c.input_raw, &c.input) {
                     (Some(raw), _) => match serde_json::from_str(raw) {
@@ -123,15 +141,45 @@ impl Driver for ScriptDriver {
             })
             .collect();
         let usage = match turn.usage {
-            Some(u) => Usage { input: u.input, output: u.output, cached: u.cached, cache_write: u.cache_write, estimated: false },
+            Some(u) => Usage {
+                input: u.input,
+                output: u.output,
+                cached: u.cached,
+                cache_write: u.cache_write,
+                estimated: false,
+            },
             None => {
                 let out = turn.text.as_deref().map_or(0, estimate_tokens)
-                    + tool_calls.iter().map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_record().to_string())).sum::<u64>();
-                Usage { input: estimate_request(req), output: out, cached: None, cache_write: None, estimated: true }
+                    + tool_calls
+                        .iter()
+                        .map(|c| {
+                            estimate_tokens(&c.name)
+                                + estimate_tokens(&c.arguments.to_record().to_string())
+                        })
+                        .sum::<u64>();
+                Usage {
+                    input: estimate_request(req),
+                    output: out,
+                    cached: None,
+                    cache_write: None,
+                    estimated: true,
+                }
             }
         };
-        attempts(Attempt { number: 1, outcome: "ok".into(), http_status: None, retry_in_ms: 0, detail: None });
-        Ok(Response { text: turn.text, tool_calls, usage, finish_reason: None, model: Some("script".into()) })
+        attempts(Attempt {
+            number: 1,
+            outcome: "ok".into(),
+            http_status: None,
+            retry_in_ms: 0,
+            detail: None,
+        });
+        Ok(Response {
+            text: turn.text,
+            tool_calls,
+            usage,
+            finish_reason: None,
+            model: Some("script".into()),
+        })
     }
 
     fn kind(&self) -> &'static str {

@@ -19,25 +19,39 @@ pub struct Deadline {
 /// and at least one second. `total` is the time from the session's start to the deadline.
 pub fn default_margin(total: Duration) -> Duration {
     let tenth = Duration::from_secs(total.as_secs() / 10);
-    tenth.min(Duration::from_secs(300)).max(Duration::from_secs(1))
+    tenth
+        .min(Duration::from_secs(300))
+        .max(Duration::from_secs(1))
 }
 
 impl Deadline {
     /// A deadline at `at`, for a session that started at `start` (`start_wall` on the
     /// wall clock). `notice_secs` is `lifecycle.deadline_notice_secs`: `None` for the
     /// default margin, `Some(0)` for no notice.
-    pub fn new(at: SystemTime, start: Instant, start_wall: SystemTime, notice_secs: Option<u64>) -> Deadline {
+    pub fn new(
+        at: SystemTime,
+        start: Instant,
+        start_wall: SystemTime,
+        notice_secs: Option<u64>,
+    ) -> Deadline {
         let total = at.duration_since(start_wall).unwrap_or_default();
         let margin = match notice_secs {
             Some(s) => Duration::from_secs(s),
             None => default_margin(total),
         };
-        Deadline { at, instant: start + total, margin, notified: false }
+        Deadline {
+            at,
+            instant: start + total,
+            margin,
+            notified: false,
+        }
     }
 
     /// Whole seconds until the deadline, rounded down; 0 once it has passed.
     pub fn left_secs(&self) -> u64 {
-        self.instant.saturating_duration_since(Instant::now()).as_secs()
+        self.instant
+            .saturating_duration_since(Instant::now())
+            .as_secs()
     }
 
     /// Whether the deadline has passed.
@@ -58,7 +72,10 @@ impl Deadline {
         self.notified = true;
         let secs = left.as_secs();
         Some((
-            format!("Session deadline: the runtime ends this session at {}, in {secs} seconds.", crate::records::rfc3339_secs(self.at)),
+            format!(
+                "Session deadline: the runtime ends this session at {}, in {secs} seconds.",
+                crate::records::rfc3339_secs(self.at)
+            ),
             secs,
         ))
     }
@@ -88,16 +105,31 @@ mod tests {
 
     #[test]
     fn default_margin_follows_the_spec() {
-        assert_eq!(default_margin(Duration::from_secs(7200)), Duration::from_secs(300));
-        assert_eq!(default_margin(Duration::from_secs(600)), Duration::from_secs(60));
-        assert_eq!(default_margin(Duration::from_secs(5)), Duration::from_secs(1));
+        assert_eq!(
+            default_margin(Duration::from_secs(7200)),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            default_margin(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            default_margin(Duration::from_secs(5)),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
     fn deadline_forms() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        assert_eq!(parse_deadline("90s", now).unwrap(), now + Duration::from_secs(90));
-        assert_eq!(parse_deadline("2h", now).unwrap(), now + Duration::from_secs(7200));
+        assert_eq!(
+            parse_deadline("90s", now).unwrap(),
+            now + Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_deadline("2h", now).unwrap(),
+            now + Duration::from_secs(7200)
+        );
         let t = parse_deadline("2026-10-20T14:00:00Z", now).unwrap();
         assert_eq!(crate::records::rfc3339_secs(t), "2026-10-20T14:00:00Z");
         assert!(parse_deadline("soon", now).unwrap_err().contains("`soon`"));

@@ -17,7 +17,9 @@ use serde_json::{json, Value};
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
-use crate::inference::{self, Arguments, Driver, DriverError, Message, Request, Response, ToolCall, ToolSpec};
+use crate::inference::{
+    self, Arguments, Driver, DriverError, Message, Request, Response, ToolCall, ToolSpec,
+};
 use crate::manifest::{DriverChoice, DriverKind, Manifest};
 use crate::progress::Progress;
 use crate::records::Trace;
@@ -78,13 +80,28 @@ pub enum SessionError {
 /// Builds the driver for a choice.
 ///
 /// Errors: the driver cannot be set up (a script that does not parse, …).
-pub fn make_driver(choice: &DriverChoice, capsule_dir: &std::path::Path) -> Result<Box<dyn Driver>, DriverError> {
+pub fn make_driver(
+    choice: &DriverChoice,
+    capsule_dir: &std::path::Path,
+) -> Result<Box<dyn Driver>, DriverError> {
     match choice.driver {
         DriverKind::Script => {
-            let p = capsule_dir.join(choice.script.as_deref().unwrap_or(std::path::Path::new("script.yaml")));
+            let p = capsule_dir.join(
+                choice
+                    .script
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("script.yaml")),
+            );
             Ok(Box::new(inference::script::ScriptDriver::load(&p)?))
         }
-        other => Err(DriverError::Fatal { url: String::new(), detail: format!("driver {other:?} is not built in yet") }),
+        DriverKind::Openai => Ok(Box::new(inference::openai::OpenAiDriver::new(
+            choice,
+            capsule_dir,
+        )?)),
+        DriverKind::Anthropic => Ok(Box::new(inference::anthropic::AnthropicDriver::new(
+            choice,
+            capsule_dir,
+        )?)),
     }
 }
 
@@ -115,19 +132,43 @@ enum Stop {
 ///
 /// Errors: only when the records directory cannot be written; every other failure is
 /// an [`Outcome`] with a status.
-pub fn run(spec: SessionSpec, shutdown: Shutdown, progress: Progress) -> Result<Outcome, SessionError> {
+pub fn run(
+    spec: SessionSpec,
+    shutdown: Shutdown,
+    progress: Progress,
+) -> Result<Outcome, SessionError> {
     let session_start = Instant::now();
     let start_wall = SystemTime::now();
     let rd = &spec.records_dir;
     let logs_dir = rd.join("logs");
     let out_dir = rd.join("out");
     for d in [rd, &logs_dir, &out_dir] {
-        std::fs::create_dir_all(d).map_err(|source| SessionError::Records { path: d.clone(), source })?;
+        std::fs::create_dir_all(d).map_err(|source| SessionError::Records {
+            path: d.clone(),
+            source,
+        })?;
     }
     let trace_path = rd.join("trace.jsonl");
-    let trace = Trace::open(&trace_path, &spec.staged.session_id).map_err(|source| SessionError::Records { path: trace_path, source })?;
-    let deadline = spec.deadline.map(|at| Deadline::new(at, session_start, start_wall, spec.manifest.lifecycle.deadline_notice_secs));
-    let tools_declared: Vec<&str> = spec.staged.inventory.iter().map(|t| t.name.as_str()).collect();
+    let trace = Trace::open(&trace_path, &spec.staged.session_id).map_err(|source| {
+        SessionError::Records {
+            path: trace_path,
+            source,
+        }
+    })?;
+    let deadline = spec.deadline.map(|at| {
+        Deadline::new(
+            at,
+            session_start,
+            start_wall,
+            spec.manifest.lifecycle.deadline_notice_secs,
+        )
+    });
+    let tools_declared: Vec<&str> = spec
+        .staged
+        .inventory
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
     trace.record(
         None,
         "session_start",
@@ -169,7 +210,11 @@ pub fn run(spec: SessionSpec, shutdown: Shutdown, progress: Progress) -> Result<
         Stop::Answer(a) => (ExitStatus::Completed, Some(a), None),
         Stop::Failed(e) => (ExitStatus::Failed, None, Some(e)),
         Stop::Limit(s, e) => (s, None, Some(e)),
-        Stop::Interrupted => (ExitStatus::Canceled, None, Some("interrupted by a signal".to_string())),
+        Stop::Interrupted => (
+            ExitStatus::Canceled,
+            None,
+            Some("interrupted by a signal".to_string()),
+        ),
     };
     let result_text = match (&answer, &error) {
         (Some(a), _) => a.clone(),
@@ -205,19 +250,35 @@ pub fn run(spec: SessionSpec, shutdown: Shutdown, progress: Progress) -> Result<
     );
     trace.close();
     lp.progress.finish();
-    Ok(Outcome { status, answer, error, records_dir: spec.records_dir.clone() })
+    Ok(Outcome {
+        status,
+        answer,
+        error,
+        records_dir: spec.records_dir.clone(),
+    })
 }
 
 impl Loop<'_> {
     fn run_task(&mut self) -> Stop {
         let spec = self.spec;
-        let inf = spec.manifest.inference.as_ref().expect("staging refuses capsules without inference");
+        let inf = spec
+            .manifest
+            .inference
+            .as_ref()
+            .expect("staging refuses capsules without inference");
         let Some(choice) = inf.choice(&spec.choice) else {
-            return Stop::Failed(format!("driver choice `{}` is not declared in inference.choices", spec.choice));
+            return Stop::Failed(format!(
+                "driver choice `{}` is not declared in inference.choices",
+                spec.choice
+            ));
         };
         self.task_start = Some(Instant::now());
         self.counters.start_task();
-        self.trace.record(Some(&self.task_id), "task_start", fields! {"text" => spec.task, "origin" => "command_line"});
+        self.trace.record(
+            Some(&self.task_id),
+            "task_start",
+            fields! {"text" => spec.task, "origin" => "command_line"},
+        );
         let driver = match make_driver(choice, &spec.staged.capsule_dir) {
             Ok(d) => Arc::new(Mutex::new(d)),
             Err(e) => return Stop::Failed(e.to_string()),
@@ -230,14 +291,20 @@ impl Loop<'_> {
             }
             if let Some(cap) = inf.max_turns {
                 if self.counters.turns_used >= u64::from(cap) {
-                    return Stop::Limit(ExitStatus::MaxTurns, format!("inference.max_turns ({cap}) ran out before the model answered"));
+                    return Stop::Limit(
+                        ExitStatus::MaxTurns,
+                        format!("inference.max_turns ({cap}) ran out before the model answered"),
+                    );
                 }
             }
             if let Some(ceiling) = inf.max_session_tokens {
                 if self.counters.spend_tokens >= ceiling {
                     return Stop::Limit(
                         ExitStatus::SpendCeiling,
-                        format!("inference.max_session_tokens ({ceiling}) reached: {} tokens spent", self.counters.spend_tokens),
+                        format!(
+                            "inference.max_session_tokens ({ceiling}) reached: {} tokens spent",
+                            self.counters.spend_tokens
+                        ),
                     );
                 }
             }
@@ -248,7 +315,10 @@ impl Loop<'_> {
                 Err(s) => return s,
             };
             let (calls, dups) = dedupe_ids(resp.tool_calls.clone());
-            messages.push(Message::Assistant { text: resp.text.clone(), tool_calls: calls.clone() });
+            messages.push(Message::Assistant {
+                text: resp.text.clone(),
+                tool_calls: calls.clone(),
+            });
             if calls.is_empty() {
                 return Stop::Answer(resp.text.unwrap_or_default());
             }
@@ -257,7 +327,11 @@ impl Loop<'_> {
                     return s;
                 }
                 let content = self.dispatch(call, turn, dups.contains(&call.id));
-                messages.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content });
+                messages.push(Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content,
+                });
             }
         }
     }
@@ -268,7 +342,13 @@ impl Loop<'_> {
         }
         if let Some(d) = &self.deadline {
             if d.passed() {
-                return Some(Stop::Limit(ExitStatus::Deadline, format!("the session's deadline {} passed", crate::records::rfc3339_secs(d.at))));
+                return Some(Stop::Limit(
+                    ExitStatus::Deadline,
+                    format!(
+                        "the session's deadline {} passed",
+                        crate::records::rfc3339_secs(d.at)
+                    ),
+                ));
             }
         }
         None
@@ -308,7 +388,9 @@ impl Loop<'_> {
             let _ = tx.send(drv.complete(&req, &mut sink));
         });
         if let Err(e) = spawned {
-            return Err(Stop::Failed(format!("cannot start the inference thread: {e}")));
+            return Err(Stop::Failed(format!(
+                "cannot start the inference thread: {e}"
+            )));
         }
         let deadline_rx = match &self.deadline {
             Some(d) => after(d.instant.saturating_duration_since(Instant::now())),
@@ -323,7 +405,8 @@ impl Loop<'_> {
         let kind = choice.driver;
         match result {
             Ok(resp) => {
-                self.counters.add_usage(&resp.usage, choice.max_output_tokens);
+                self.counters
+                    .add_usage(&resp.usage, choice.max_output_tokens);
                 let u = resp.usage;
                 self.trace.record(
                     Some(&self.task_id),
@@ -411,8 +494,17 @@ impl Loop<'_> {
         };
         match &entry.kind {
             ToolKind::Shell { binary } => {
-                if !self.spec.manifest.capabilities.shell_allow.iter().any(|b| b == binary) {
-                    return ToolResult::refused(format!("`{binary}` is not in capabilities.shell.allow"));
+                if !self
+                    .spec
+                    .manifest
+                    .capabilities
+                    .shell_allow
+                    .iter()
+                    .any(|b| b == binary)
+                {
+                    return ToolResult::refused(format!(
+                        "`{binary}` is not in capabilities.shell.allow"
+                    ));
                 }
                 let args = match shell::parse_args(binary, &input) {
                     Ok(a) => a,
@@ -430,7 +522,9 @@ impl Loop<'_> {
             ToolKind::SessionStatus => {
                 if let Value::Object(m) = &input {
                     if let Some(k) = m.keys().next() {
-                        return ToolResult::refused(format!("session-status takes no input; unknown key `{k}`"));
+                        return ToolResult::refused(format!(
+                            "session-status takes no input; unknown key `{k}`"
+                        ));
                     }
                 }
                 let inf = self.spec.manifest.inference.as_ref();
@@ -442,7 +536,11 @@ impl Loop<'_> {
                     deadline: self.deadline.as_ref(),
                     counters: &self.counters,
                 });
-                self.trace.record(Some(&self.task_id), "session_status", fields! {"status" => st});
+                self.trace.record(
+                    Some(&self.task_id),
+                    "session_status",
+                    fields! {"status" => st},
+                );
                 tools::session_status::result(&st)
             }
         }

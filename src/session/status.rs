@@ -65,7 +65,11 @@ impl Counters {
             add(&mut self.cache_write, u.cache_write);
         }
         self.spend_tokens += u.input + u.output;
-        self.last_call = Some(LastCall { used_tokens: u.input + u.output, actual: !u.estimated, output_cap });
+        self.last_call = Some(LastCall {
+            used_tokens: u.input + u.output,
+            actual: !u.estimated,
+            output_cap,
+        });
     }
 
     /// Resets the per-task counts at a task's start.

@@ -69,7 +69,10 @@ pub enum StageError {
 pub fn murmur_home() -> PathBuf {
     match std::env::var_os("MURMUR_HOME") {
         Some(h) if !h.is_empty() => PathBuf::from(h),
-        _ => std::env::var_os("HOME").map_or_else(|| PathBuf::from(".murmur"), |h| PathBuf::from(h).join(".murmur")),
+        _ => std::env::var_os("HOME").map_or_else(
+            || PathBuf::from(".murmur"),
+            |h| PathBuf::from(h).join(".murmur"),
+        ),
     }
 }
 
@@ -81,14 +84,26 @@ pub fn resolve_capsule(arg: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
     if abs.is_dir() {
         let m = abs.join("murmur.yaml");
         if !m.is_file() {
-            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{} has no murmur.yaml", abs.display())));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} has no murmur.yaml", abs.display()),
+            ));
         }
         Ok((abs, m))
     } else if abs.is_file() {
-        let dir = abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+        let dir = abs
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
         Ok((dir, abs))
     } else {
-        Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{}: no such capsule directory or murmur.yaml", abs.display())))
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{}: no such capsule directory or murmur.yaml",
+                abs.display()
+            ),
+        ))
     }
 }
 
@@ -107,7 +122,11 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
     for (field, list) in [("tools", &m.tools), ("skills", &m.skills)] {
         for a in list {
             if RESERVED.contains(&a.name.as_str()) {
-                return Err(StageError::Reserved { field, artifact: a.to_string(), name: a.name.clone() });
+                return Err(StageError::Reserved {
+                    field,
+                    artifact: a.to_string(),
+                    name: a.name.clone(),
+                });
             }
         }
     }
@@ -117,7 +136,12 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
     let Some(_inference) = &m.inference else {
         return Err(StageError::Other("this capsule has no inference: block (a script capsule); this build of mur runs agent capsules only".into()));
     };
-    let unsupported = |grant: &str, tool: &str| Err(StageError::Unsupported { grant: grant.into(), tool: tool.into() });
+    let unsupported = |grant: &str, tool: &str| {
+        Err(StageError::Unsupported {
+            grant: grant.into(),
+            tool: tool.into(),
+        })
+    };
     let c = &m.capabilities;
     if m.exports.peer_files.is_some() {
         return unsupported("exports.peer_files", "share-file");
@@ -131,8 +155,15 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
     if c.plan_submit {
         return unsupported("capabilities.plan.submit", "submit-plan");
     }
-    if m.control.agent_settings.iter().any(|s| s == "inference.driver") {
-        return unsupported("control.agent_settings: [inference.driver]", "switch-driver");
+    if m.control
+        .agent_settings
+        .iter()
+        .any(|s| s == "inference.driver")
+    {
+        return unsupported(
+            "control.agent_settings: [inference.driver]",
+            "switch-driver",
+        );
     }
     if c.install.is_some() {
         return unsupported("capabilities.install", "pull-artifact");
@@ -145,7 +176,11 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
             "`{a}` is declared, but this build of mur has no artifact store to pull it from; remove it from tools:/skills:"
         )));
     }
-    let mut inv: Vec<ToolEntry> = c.shell_allow.iter().map(|b| tools::shell::entry(b)).collect();
+    let mut inv: Vec<ToolEntry> = c
+        .shell_allow
+        .iter()
+        .map(|b| tools::shell::entry(b))
+        .collect();
     inv.push(tools::session_status::entry());
     Ok(inv)
 }
@@ -164,7 +199,12 @@ struct ToolManifest<'a> {
 /// Stages a validated manifest: checks it, then writes
 /// `$MURMUR_HOME/run/<session id>/murmur.yaml` (the manifest as staged) and
 /// `tools/<name>/murmur.yaml` for each tool of the inventory.
-pub fn stage(home: &Path, capsule_dir: &Path, manifest_text: &str, m: &Manifest) -> Result<Staged, StageError> {
+pub fn stage(
+    home: &Path,
+    capsule_dir: &Path,
+    manifest_text: &str,
+    m: &Manifest,
+) -> Result<Staged, StageError> {
     let inventory = inventory(m)?;
     let session_id = crate::ids::session_id();
     let runtime_dir = home.join("run").join(&session_id);
@@ -186,13 +226,23 @@ pub fn stage(home: &Path, capsule_dir: &Path, manifest_text: &str, m: &Manifest)
             description: &t.description,
             input_schema: &t.input_schema,
         };
-        let text = serde_yaml_ng::to_string(&doc).map_err(|e| StageError::Other(format!("cannot write the manifest of {}: {e}", t.name)))?;
+        let text = serde_yaml_ng::to_string(&doc).map_err(|e| {
+            StageError::Other(format!("cannot write the manifest of {}: {e}", t.name))
+        })?;
         let file = dir.join("murmur.yaml");
         std::fs::write(&file, text).map_err(io(&file))?;
     }
     let workdir = capsule_dir.join(&m.workdir);
-    let workdir = workdir.canonicalize().map_err(|e| StageError::Other(format!("workdir {}: {e}", workdir.display())))?;
-    Ok(Staged { session_id, capsule_dir: capsule_dir.to_path_buf(), workdir, runtime_dir, inventory })
+    let workdir = workdir
+        .canonicalize()
+        .map_err(|e| StageError::Other(format!("workdir {}: {e}", workdir.display())))?;
+    Ok(Staged {
+        session_id,
+        capsule_dir: capsule_dir.to_path_buf(),
+        workdir,
+        runtime_dir,
+        inventory,
+    })
 }
 
 /// The message for a call naming a tool that is not in the inventory: names the

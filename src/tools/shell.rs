@@ -54,7 +54,10 @@ pub fn entry(binary: &str) -> ToolEntry {
 pub fn parse_args(binary: &str, input: &Value) -> Result<Vec<String>, String> {
     let form = format!("`{binary}` takes {{\"args\": [string, …]}}");
     let Value::Object(map) = input else {
-        return Err(format!("the input must be an object, got {}; {form}", json_type(input)));
+        return Err(format!(
+            "the input must be an object, got {}; {form}",
+            json_type(input)
+        ));
     };
     if let Some(k) = map.keys().find(|k| k.as_str() != "args") {
         return Err(format!("unknown input key `{k}`; {form}"));
@@ -65,12 +68,20 @@ pub fn parse_args(binary: &str, input: &Value) -> Result<Vec<String>, String> {
             .iter()
             .enumerate()
             .map(|(i, v)| match v {
-                Value::String(s) if s.contains('\0') => Err(format!("`args[{i}]` contains a NUL byte")),
+                Value::String(s) if s.contains('\0') => {
+                    Err(format!("`args[{i}]` contains a NUL byte"))
+                }
                 Value::String(s) => Ok(s.clone()),
-                other => Err(format!("`args[{i}]` must be a string, got {}; {form}", json_type(other))),
+                other => Err(format!(
+                    "`args[{i}]` must be a string, got {}; {form}",
+                    json_type(other)
+                )),
             })
             .collect(),
-        Some(other) => Err(format!("`args` must be an array of strings, got {}; {form}", json_type(other))),
+        Some(other) => Err(format!(
+            "`args` must be an array of strings, got {}; {form}",
+            json_type(other)
+        )),
     }
 }
 
@@ -150,24 +161,40 @@ fn render(running: &Running, exit: Option<ExitInfo>, cut: Option<Cut>) -> ToolRe
     let log = running.log_path.display().to_string();
     let shown = match tail(&running.log_path, TAIL_BYTES) {
         Ok(t) => {
-            text.push_str(&format!("output: {log}\noutput_bytes: {}\noutput_shown: {}\n\n{}", t.total_bytes, t.shown(), t.text));
+            text.push_str(&format!(
+                "output: {log}\noutput_bytes: {}\noutput_shown: {}\n\n{}",
+                t.total_bytes,
+                t.shown(),
+                t.text
+            ));
             summary.push_str(&format!(", {} bytes of output", t.total_bytes));
             t.total_bytes
         }
         Err(e) => {
-            text.push_str(&format!("output: {log}\nwait_error: cannot read the log: {e}\n"));
+            text.push_str(&format!(
+                "output: {log}\nwait_error: cannot read the log: {e}\n"
+            ));
             0
         }
     };
     let mut r = ToolResult::passed(summary, text);
     match cut {
-        Some(Cut::Deadline) => r.notes.push("The session's deadline passed while the command ran; its process group was stopped.".into()),
-        Some(Cut::Shutdown) => r.notes.push("mur was told to shut down while the command ran; its process group was stopped.".into()),
+        Some(Cut::Deadline) => r.notes.push(
+            "The session's deadline passed while the command ran; its process group was stopped."
+                .into(),
+        ),
+        Some(Cut::Shutdown) => r.notes.push(
+            "mur was told to shut down while the command ran; its process group was stopped."
+                .into(),
+        ),
         None => {}
     }
     r.record.insert("work_id".into(), json!(running.work_id));
     r.record.insert("argv".into(), json!(running.argv));
-    r.record.insert("exit_code".into(), exit.as_ref().map_or(Value::Null, |e| json!(e.exit_code())));
+    r.record.insert(
+        "exit_code".into(),
+        exit.as_ref().map_or(Value::Null, |e| json!(e.exit_code())),
+    );
     r.record.insert("output_bytes".into(), json!(shown));
     r
 }
@@ -178,7 +205,10 @@ mod tests {
 
     #[test]
     fn args_must_be_strings() {
-        assert_eq!(parse_args("ls", &json!({"args": ["-l", "a"]})).unwrap(), vec!["-l", "a"]);
+        assert_eq!(
+            parse_args("ls", &json!({"args": ["-l", "a"]})).unwrap(),
+            vec!["-l", "a"]
+        );
         assert_eq!(parse_args("ls", &json!({})).unwrap(), Vec::<String>::new());
         assert_eq!(
             parse_args("ls", &json!({"args": ["-l", {"x": 1}]})).unwrap_err(),

@@ -29,7 +29,12 @@ impl Capsule {
         std::fs::create_dir_all(dir.join("work")).unwrap();
         let home = root.path().join("home");
         let records = root.path().join("records");
-        Capsule { root, dir, home, records }
+        Capsule {
+            root,
+            dir,
+            home,
+            records,
+        }
     }
 
     /// Writes `murmur.yaml`.
@@ -42,7 +47,11 @@ impl Capsule {
     /// (appended at the top level), playing `script`.
     pub fn scripted(shell: &[&str], extra: &str, script: &str) -> Capsule {
         let allow = shell.join(", ");
-        let caps = if shell.is_empty() { String::new() } else { format!("capabilities:\n  shell:\n    allow: [{allow}]\n") };
+        let caps = if shell.is_empty() {
+            String::new()
+        } else {
+            format!("capabilities:\n  shell:\n    allow: [{allow}]\n")
+        };
         let m = format!(
             "name: test\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {{driver: script, script: replies.yaml}}\n{caps}{extra}"
         );
@@ -60,7 +69,9 @@ impl Capsule {
     /// A `mur` command with `MURMUR_HOME` set to this capsule's home.
     pub fn mur(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
-        c.env("MURMUR_HOME", &self.home).env_remove("RUST_LOG").env_remove("MURMUR_DELEGATION_TIMEOUT_SECS");
+        c.env("MURMUR_HOME", &self.home)
+            .env_remove("RUST_LOG")
+            .env_remove("MURMUR_DELEGATION_TIMEOUT_SECS");
         c
     }
 
@@ -76,7 +87,10 @@ impl Capsule {
             .args(extra)
             .output()
             .expect("run mur");
-        Run { output, records: self.records.clone() }
+        Run {
+            output,
+            records: self.records.clone(),
+        }
     }
 }
 
@@ -96,17 +110,29 @@ impl Run {
     }
     /// The records of one type.
     pub fn records(&self, kind: &str) -> Vec<Value> {
-        self.trace().into_iter().filter(|r| r["type"] == kind).collect()
+        self.trace()
+            .into_iter()
+            .filter(|r| r["type"] == kind)
+            .collect()
     }
     /// The one record of a type.
     pub fn one(&self, kind: &str) -> Value {
         let r = self.records(kind);
-        assert_eq!(r.len(), 1, "expected one {kind} record, got {}: {}", r.len(), self.dump());
+        assert_eq!(
+            r.len(),
+            1,
+            "expected one {kind} record, got {}: {}",
+            r.len(),
+            self.dump()
+        );
         r.into_iter().next().unwrap()
     }
     /// The text the model was given for each tool call, in order.
     pub fn tool_texts(&self) -> Vec<String> {
-        self.records("tool_call").iter().map(|r| r["content"].as_str().unwrap().to_string()).collect()
+        self.records("tool_call")
+            .iter()
+            .map(|r| r["content"].as_str().unwrap().to_string())
+            .collect()
     }
     pub fn result_txt(&self) -> String {
         std::fs::read_to_string(self.records.join("out/result.txt")).unwrap()
@@ -114,12 +140,23 @@ impl Run {
     /// Everything useful for a failed assertion.
     pub fn dump(&self) -> String {
         let trace = std::fs::read_to_string(self.records.join("trace.jsonl")).unwrap_or_default();
-        format!("exit {:?}\nstdout:\n{}\nstderr:\n{}\ntrace:\n{}", self.output.status, self.stdout(), self.stderr(), trace)
+        format!(
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}\ntrace:\n{}",
+            self.output.status,
+            self.stdout(),
+            self.stderr(),
+            trace
+        )
     }
 }
 
 /// Reads and parses every line of `dir/trace.jsonl`.
 pub fn read_trace(dir: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace.jsonl");
-    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("trace line does not parse: {e}: {l}"))).collect()
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("trace line does not parse: {e}: {l}"))
+        })
+        .collect()
 }
