@@ -60,13 +60,13 @@ pub struct RunArgs {
     pub task_file: Option<PathBuf>,
     /// When the runtime ends the session: an RFC 3339 time (2026-10-20T14:00:00Z) or a
     /// duration from now (90s, 15m, 2h). Default: no deadline.
-    #[arg(long, value_name = "RFC3339|DURATION")]
+    #[arg(long, value_name = "RFC3339|DURATION", allow_hyphen_values = true)]
     pub deadline: Option<String>,
     /// The driver choice (a key of inference.choices) that serves the session.
     /// Default: inference.driver.
     #[arg(long, value_name = "CHOICE")]
     pub driver: Option<String>,
-    /// Write the session's records (trace.jsonl, logs/, out/) under DIR instead of
+    /// Make DIR itself the session's records directory (trace.jsonl, logs/, out/) instead of
     /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,
@@ -75,16 +75,16 @@ pub struct RunArgs {
 /// `mur check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The capsule directory (or its murmur.yaml).
-    #[arg(value_name = "CAPSULE")]
+    /// The capsule directory (or its murmur.yaml). Default: the current directory.
+    #[arg(value_name = "CAPSULE", default_value = ".")]
     pub capsule: PathBuf,
 }
 
 /// `mur stage`.
 #[derive(Debug, Args)]
 pub struct StageArgs {
-    /// The capsule directory (or its murmur.yaml).
-    #[arg(value_name = "CAPSULE")]
+    /// The capsule directory (or its murmur.yaml). Default: the current directory.
+    #[arg(value_name = "CAPSULE", default_value = ".")]
     pub capsule: PathBuf,
 }
 

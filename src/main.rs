@@ -84,6 +84,18 @@ fn load(capsule: &Path) -> Result<(std::path::PathBuf, String, Manifest), Fail> 
         ))
     })?;
     staging::inventory(&m).map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
+    staging::preflight(&dir, &m).map_err(|errs| {
+        let lines: Vec<String> = errs
+            .iter()
+            .map(|e| format!("{}: {e}", manifest_path.display()))
+            .collect();
+        usage(format!(
+            "{} error(s) in {}\n{}",
+            lines.len(),
+            manifest_path.display(),
+            lines.join("\n")
+        ))
+    })?;
     Ok((dir, text, m))
 }
 
@@ -107,7 +119,7 @@ fn read_task(args: &RunArgs) -> Result<String, Fail> {
         s
     };
     if task.trim().is_empty() {
-        return Err(usage("the task is empty"));
+        return Err(usage("no task: the task text is empty; give --task TEXT, --task-file FILE, or the task on standard input"));
     }
     Ok(task)
 }
@@ -148,6 +160,12 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let records_dir = match &args.records_dir {
         Some(d) => {
             let d = std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?;
+            if d.exists() && !d.is_dir() {
+                return Err(usage(format!(
+                    "--records-dir {} is not a directory",
+                    d.display()
+                )));
+            }
             if d.join("trace.jsonl").exists() {
                 return Err(usage(format!("--records-dir {} already holds a session's trace.jsonl; give an empty directory", d.display())));
             }
@@ -175,7 +193,16 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         system_prompt,
     };
     let progress = mur::progress::Progress::start();
-    let outcome = session::run(spec, shutdown.receiver(), progress).map_err(|e| Fail {
+    let runtime_dir = spec.staged.runtime_dir.clone();
+    let outcome = session::run(spec, shutdown.receiver(), progress);
+    // The runtime directory lives as long as the session; the records stay.
+    if let Err(e) = std::fs::remove_dir_all(&runtime_dir) {
+        log::warn!(
+            "cannot remove the runtime directory {}: {e}",
+            runtime_dir.display()
+        );
+    }
+    let outcome = outcome.map_err(|e| Fail {
         code: EXIT_FAILED,
         message: e.to_string(),
     })?;

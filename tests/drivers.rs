@@ -342,7 +342,7 @@ fn openai_tool_calls_and_request_shape() {
         r.tool_calls[0].arguments,
         Arguments::Json(json!({"args": ["-1"]}))
     );
-    assert_eq!(r.tool_calls[1].id, "call_1", "a missing id is made up");
+    assert_eq!(r.tool_calls[1].id, "mur_call_1", "a missing id is made up");
     assert_eq!(r.tool_calls[1].name, "session-status");
     assert_eq!(r.tool_calls[1].arguments, Arguments::Json(json!({})));
 

@@ -613,3 +613,163 @@ fn mur_check_prints_every_error_with_position_and_nearest_key() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn deadline_in_the_past_or_without_offset_is_a_usage_error() {
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    for (d, msg) in [
+        ("2020-01-01T00:00:00Z", "has already passed"),
+        ("0s", "is zero"),
+        ("-5m", "is neither an RFC 3339 time"),
+        ("2026-12-20T14:00:00", "with its offset"),
+        ("8000y", "after the year 9999"),
+    ] {
+        let run = c.run("t", &["--deadline", d]);
+        assert_eq!(run.code(), 2, "{d}: {}", run.dump());
+        assert!(run.stderr().contains(msg), "{d}: {}", run.stderr());
+        assert!(!c.records.join("trace.jsonl").exists());
+    }
+    let run = c.run("t", &["--deadline", "2999-01-01T02:00:00+02:00"]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.one("session_start")["deadline"], "2999-01-01T00:00:00Z");
+}
+
+#[test]
+fn an_empty_answer_fails_the_task() {
+    let c = Capsule::scripted(&[], "", "- text: \"  \"\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    assert_eq!(run.one("task_end")["exit_status"], "failed");
+    assert!(
+        run.stderr().contains("no text and no tool call"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn session_status_refuses_input_that_is_not_an_object() {
+    let c = Capsule::scripted(&[], "", "- tool_calls:\n    - {name: session-status, input: hello}\n    - {name: session-status, input: [1]}\n- text: done\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    assert!(
+        t[0].contains("session-status takes no input: send {}, not a string"),
+        "{}",
+        t[0]
+    );
+    assert!(t[1].contains("not an array"), "{}", t[1]);
+    assert!(run.records("session_status").is_empty());
+}
+
+#[test]
+fn a_shell_binary_cannot_take_a_runtime_tool_name() {
+    let c = Capsule::scripted(&["session-status", "ls"], "", "- text: hi\n");
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "capabilities.shell.allow[0]: `session-status` is the name of a runtime-provided tool"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_refuses_what_could_not_run() {
+    let c = Capsule::new().manifest(
+        "name: t\nworkdir: nodir\nprompt: {system_file: missing.md}\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: replies.yaml}\n",
+    ).file("replies.yaml", "- tool_call: []\n");
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("workdir: ") && err.contains("nodir is not a directory"),
+        "{err}"
+    );
+    assert!(
+        err.contains("prompt.system_file: ") && err.contains("missing.md is not a readable file"),
+        "{err}"
+    );
+    assert!(
+        err.contains("inference.choices.s.script: ") && err.contains("unknown field `tool_call`"),
+        "{err}"
+    );
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 2);
+    assert!(
+        !c.records.exists(),
+        "nothing is written for a capsule that cannot run"
+    );
+}
+
+#[test]
+fn repeated_call_ids_never_refuse_a_genuine_later_id() {
+    let script = "- tool_calls:\n    - {name: session-status, id: a}\n    - {name: session-status, id: a}\n    - {name: session-status, id: a-2}\n- text: done\n";
+    let c = Capsule::scripted(&[], "", script);
+    let run = c.run("t", &[]);
+    let calls = run.records("tool_call");
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|r| r["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "a-3", "a-2"]);
+    let st: Vec<&str> = calls
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(st, ["passed", "failed", "passed"]);
+}
+
+#[test]
+fn huge_token_counts_from_a_provider_do_not_crash_the_session() {
+    let script = "- tool_calls: [{name: session-status}]\n  usage: {input: 18446744073709551615, output: 1}\n- text: done\n  usage: {input: 18446744073709551615, output: 18446744073709551615}\n";
+    let c = Capsule::scripted(&[], "", script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.one("session_status")["status"]["spend"]["tokens"],
+        json!(u64::MAX)
+    );
+    assert_eq!(run.trace().last().unwrap()["type"], "session_end");
+}
+
+#[test]
+fn manifest_bombs_and_deep_nesting_are_refused_not_crashed() {
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    let mut prev = 'a';
+    for l in ['b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'] {
+        bomb.push_str(&format!(
+            "{l}: &{l} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+        ));
+        prev = l;
+    }
+    let deep: String = (0..3000)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect();
+    let flow = format!("name: t\nx: {}{}\n", "[".repeat(100), "]".repeat(100));
+    for (text, msg) in [
+        (bomb, "expands to more than 100000 values"),
+        (deep, "indented deeper than 256 columns"),
+        (flow, "nested deeper than 64 levels"),
+    ] {
+        let c = Capsule::new().manifest(&text);
+        let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(msg), "{err}");
+    }
+}
+
+#[test]
+fn the_runtime_directory_is_removed_when_mur_run_ends() {
+    let c = Capsule::scripted(&[], "", "- text: done\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0);
+    let rd = run.one("session_start")["runtime_dir"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!std::path::Path::new(&rd).exists());
+}

@@ -221,10 +221,16 @@ impl Supervisor {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .process_group(0);
-        let mut child = cmd.spawn().map_err(|source| SpawnError::Start {
-            binary: argv[0].clone(),
-            source,
-        })?;
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(source) => {
+                let _ = std::fs::remove_file(&log_path);
+                return Err(SpawnError::Start {
+                    binary: argv[0].clone(),
+                    source,
+                });
+            }
+        };
         let pgid = child.id() as i32;
         let (tx, rx) = bounded(1);
         std::thread::Builder::new()

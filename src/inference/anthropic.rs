@@ -260,7 +260,7 @@ fn tool_use(block: &Value, made_up: &mut u64) -> ToolCall {
         Some(id) if !id.is_empty() => id.to_string(),
         _ => {
             *made_up += 1;
-            format!("call_{made_up}")
+            format!("mur_call_{made_up}")
         }
     };
     let name = block

@@ -457,6 +457,14 @@ fn capabilities(cx: &mut Cx, f: Field) -> Option<Capabilities> {
                     );
                     return None;
                 }
+                if crate::tools::RESERVED.contains(&s.as_str()) {
+                    cx.err(
+                        item.node.pos,
+                        item.path,
+                        format!("`{s}` is the name of a runtime-provided tool; a shell binary cannot take it (rename or wrap the binary)"),
+                    );
+                    return None;
+                }
                 Some(s)
             })
         })

@@ -173,6 +173,23 @@ pub struct SyntaxError {
 /// [`TreeError`]s found while building (non-scalar keys, unknown aliases, a second
 /// document, unsupported tags), which the caller reports alongside its own.
 pub fn parse(text: &str) -> Result<(Option<Node>, Vec<TreeError>), SyntaxError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // The YAML parser recurses per level of nesting: refuse absurd indentation before
+    // it can exhaust the stack.
+    for (i, line) in text.lines().enumerate() {
+        let indent = line.bytes().take_while(|b| *b == b' ').count();
+        if indent > MAX_INDENT {
+            return Err(SyntaxError {
+                pos: Pos {
+                    line: i + 1,
+                    column: 1,
+                },
+                message: format!(
+                    "indented deeper than {MAX_INDENT} columns; a manifest needs only a few levels"
+                ),
+            });
+        }
+    }
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
     parser
@@ -209,6 +226,29 @@ struct Builder {
     documents: usize,
     anchors: Vec<(usize, Node)>,
     errors: Vec<TreeError>,
+    /// Nodes built so far, aliases counted at their expanded size.
+    nodes: usize,
+    /// While > 0, the builder is inside a collection nested deeper than
+    /// [`MAX_DEPTH`] and skips its events.
+    skip_depth: usize,
+    /// Whether the node budget was exceeded (reported once).
+    over_budget: bool,
+}
+
+/// The deepest indentation, in columns, a manifest line may have.
+pub const MAX_INDENT: usize = 256;
+/// The deepest nesting of collections a manifest may use.
+pub const MAX_DEPTH: usize = 64;
+/// The most nodes a manifest may expand to, aliases counted at their expanded size
+/// (guards against "billion laughs" alias bombs).
+pub const MAX_NODES: usize = 100_000;
+
+fn node_count(n: &Node) -> usize {
+    match &n.value {
+        Value::Seq(items) => 1 + items.iter().map(node_count).sum::<usize>(),
+        Value::Map(entries) => 1 + entries.iter().map(|e| node_count(&e.value)).sum::<usize>(),
+        _ => 1,
+    }
 }
 
 impl Builder {
@@ -285,6 +325,49 @@ impl Builder {
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let pos = Pos::from(mark);
+        if self.skip_depth > 0 {
+            match ev {
+                Event::SequenceStart(..) | Event::MappingStart(..) => self.skip_depth += 1,
+                Event::SequenceEnd | Event::MappingEnd => {
+                    self.skip_depth -= 1;
+                    if self.skip_depth == 0 {
+                        self.push(
+                            Node {
+                                pos,
+                                value: Value::Scalar(Scalar {
+                                    text: String::new(),
+                                    plain: true,
+                                    core_tag: None,
+                                }),
+                            },
+                            0,
+                        );
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
+        if matches!(ev, Event::SequenceStart(..) | Event::MappingStart(..))
+            && self.stack.len() >= MAX_DEPTH
+        {
+            self.error(
+                pos,
+                format!("nested deeper than {MAX_DEPTH} levels; a manifest needs only a few"),
+            );
+            self.skip_depth = 1;
+            return;
+        }
+        self.nodes += 1;
+        if self.nodes > MAX_NODES {
+            if !self.over_budget {
+                self.over_budget = true;
+                self.error(pos, format!("the manifest expands to more than {MAX_NODES} values (aliases counted at their expanded size)"));
+            }
+            if let Event::Alias(_) = ev {
+                return;
+            }
+        }
         match ev {
             Event::DocumentStart => {
                 self.documents += 1;
@@ -367,6 +450,15 @@ impl MarkedEventReceiver for Builder {
                 let found = self.anchors.iter().rev().find(|(a, _)| *a == id);
                 match found {
                     Some((_, node)) => {
+                        let size = node_count(node);
+                        self.nodes += size;
+                        if self.nodes > MAX_NODES {
+                            if !self.over_budget {
+                                self.over_budget = true;
+                                self.error(pos, format!("the manifest expands to more than {MAX_NODES} values (aliases counted at their expanded size)"));
+                            }
+                            return;
+                        }
                         let mut node = node.clone();
                         node.pos = pos;
                         self.push(node, 0);

@@ -86,13 +86,15 @@ pub fn make_driver(
 ) -> Result<Box<dyn Driver>, DriverError> {
     match choice.driver {
         DriverKind::Script => {
-            let p = capsule_dir.join(
-                choice
-                    .script
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new("script.yaml")),
-            );
-            Ok(Box::new(inference::script::ScriptDriver::load(&p)?))
+            let Some(script) = choice.script.as_deref() else {
+                return Err(DriverError::Script {
+                    path: String::new(),
+                    detail: "a script choice needs `script:`".into(),
+                });
+            };
+            Ok(Box::new(inference::script::ScriptDriver::load(
+                &capsule_dir.join(script),
+            )?))
         }
         DriverKind::Openai => Ok(Box::new(inference::openai::OpenAiDriver::new(
             choice,
@@ -320,7 +322,10 @@ impl Loop<'_> {
                 tool_calls: calls.clone(),
             });
             if calls.is_empty() {
-                return Stop::Answer(resp.text.unwrap_or_default());
+                return match resp.text {
+                    Some(t) if !t.trim().is_empty() => Stop::Answer(t),
+                    _ => Stop::Failed("the model ended its turn with no text and no tool call, so there is no answer".into()),
+                };
             }
             for call in &calls {
                 if let Some(s) = self.check_stop() {
@@ -398,8 +403,14 @@ impl Loop<'_> {
         };
         let result = select! {
             recv(rx) -> r => r.unwrap_or_else(|_| Err(DriverError::Interrupted("the inference thread ended without an answer".into()))),
-            recv(deadline_rx) -> _ => return Err(self.check_stop().unwrap_or(Stop::Interrupted)),
-            recv(self.shutdown) -> _ => return Err(Stop::Interrupted),
+            recv(deadline_rx) -> _ => {
+                self.cut_inference(turn, choice, started, "the session's deadline passed during the call");
+                return Err(self.check_stop().unwrap_or(Stop::Interrupted));
+            }
+            recv(self.shutdown) -> _ => {
+                self.cut_inference(turn, choice, started, "mur was told to shut down during the call");
+                return Err(Stop::Interrupted);
+            }
         };
         let duration_ms = started.elapsed().as_millis() as u64;
         let kind = choice.driver;
@@ -440,6 +451,15 @@ impl Loop<'_> {
         }
     }
 
+    /// Records an inference call the deadline or a shutdown cut short.
+    fn cut_inference(&self, turn: u64, choice: &DriverChoice, started: Instant, why: &str) {
+        self.trace.record(
+            Some(&self.task_id),
+            "inference",
+            fields! {"turn" => turn, "choice" => self.spec.choice, "driver" => format!("{:?}", choice.driver).to_lowercase(), "error" => why, "duration_ms" => started.elapsed().as_millis() as u64},
+        );
+    }
+
     /// Answers one tool call and returns the full text the model is given.
     fn dispatch(&mut self, call: &ToolCall, turn: u64, duplicate: bool) -> String {
         let started = Instant::now();
@@ -450,7 +470,7 @@ impl Loop<'_> {
             self.answer(call)
         };
         if !result.refused {
-            if let Some(d) = self.deadline.as_mut() {
+            if let Some(d) = self.deadline.as_mut().filter(|d| !d.passed()) {
                 if let Some((line, left)) = d.take_notice() {
                     result.notes.push(line);
                     self.trace.record(
@@ -520,11 +540,20 @@ impl Loop<'_> {
                 shell::call(&ctx, binary, args).0
             }
             ToolKind::SessionStatus => {
-                if let Value::Object(m) = &input {
-                    if let Some(k) = m.keys().next() {
+                match &input {
+                    Value::Object(m) => {
+                        if let Some(k) = m.keys().next() {
+                            return ToolResult::refused(format!(
+                                "session-status takes no input; unknown key `{k}`"
+                            ));
+                        }
+                    }
+                    Value::Null => {}
+                    other => {
                         return ToolResult::refused(format!(
-                            "session-status takes no input; unknown key `{k}`"
-                        ));
+                            "session-status takes no input: send {{}}, not {}",
+                            tools::json_type(other)
+                        ))
                     }
                 }
                 let inf = self.spec.manifest.inference.as_ref();
@@ -550,12 +579,15 @@ impl Loop<'_> {
 /// Makes call ids unique within a turn: a repeated id gets `-2`, `-3`… so each result
 /// answers exactly one call (the repeated call is then refused as a duplicate).
 fn dedupe_ids(calls: Vec<ToolCall>) -> (Vec<ToolCall>, HashSet<String>) {
-    let mut seen = HashSet::new();
+    // Every id the model gave is taken, so a renamed duplicate never collides with a
+    // later genuine id.
+    let mut seen: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
+    let mut first = HashSet::new();
     let mut dups = HashSet::new();
     let calls = calls
         .into_iter()
         .map(|mut c| {
-            if !seen.insert(c.id.clone()) {
+            if !first.insert(c.id.clone()) {
                 let original = c.id.clone();
                 let mut n = 2;
                 while !seen.insert(format!("{original}-{n}")) {

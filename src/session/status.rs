@@ -48,7 +48,7 @@ pub struct LastCall {
 
 fn add(slot: &mut Option<u64>, v: Option<u64>) {
     if let Some(v) = v {
-        *slot = Some(slot.unwrap_or(0) + v);
+        *slot = Some(slot.unwrap_or(0).saturating_add(v));
     }
 }
 
@@ -64,9 +64,10 @@ impl Counters {
             add(&mut self.cached, u.cached);
             add(&mut self.cache_write, u.cache_write);
         }
-        self.spend_tokens += u.input + u.output;
+        let call = u.input.saturating_add(u.output);
+        self.spend_tokens = self.spend_tokens.saturating_add(call);
         self.last_call = Some(LastCall {
-            used_tokens: u.input + u.output,
+            used_tokens: call,
             actual: !u.estimated,
             output_cap,
         });

@@ -66,14 +66,17 @@ pub enum StageError {
 }
 
 /// `$MURMUR_HOME`, or `~/.murmur` when unset.
+/// Made absolute against the current directory, so every path a model or record
+/// shows is absolute.
 pub fn murmur_home() -> PathBuf {
-    match std::env::var_os("MURMUR_HOME") {
+    let home = match std::env::var_os("MURMUR_HOME") {
         Some(h) if !h.is_empty() => PathBuf::from(h),
         _ => std::env::var_os("HOME").map_or_else(
             || PathBuf::from(".murmur"),
             |h| PathBuf::from(h).join(".murmur"),
         ),
-    }
+    };
+    std::path::absolute(&home).unwrap_or(home)
 }
 
 /// A capsule argument resolved: its directory and its `murmur.yaml`.
@@ -258,5 +261,44 @@ pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
             "tool `{name}` does not exist in this session: a shell binary is a tool only when capabilities.shell.allow lists it; the tools are: {}",
             names.join(", ")
         ),
+    }
+}
+
+/// Checks what the manifest points at on disk, so `mur check` and staging refuse a
+/// capsule that could not run: the workdir is a directory, `prompt.system_file` is a
+/// readable file, and every `script` choice's replies file loads.
+///
+/// Errors: one message per problem, naming the key and the path.
+pub fn preflight(capsule_dir: &Path, m: &Manifest) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    let wd = capsule_dir.join(&m.workdir);
+    if !wd.is_dir() {
+        errs.push(format!(
+            "workdir: {} is not a directory; create it or point workdir at one",
+            wd.display()
+        ));
+    }
+    if let Some(f) = &m.prompt.system_file {
+        let p = capsule_dir.join(f);
+        if !p.is_file() {
+            errs.push(format!(
+                "prompt.system_file: {} is not a readable file",
+                p.display()
+            ));
+        }
+    }
+    if let Some(inf) = &m.inference {
+        for (name, c) in &inf.choices {
+            if let (crate::manifest::DriverKind::Script, Some(s)) = (c.driver, &c.script) {
+                if let Err(e) = crate::inference::script::ScriptDriver::load(&capsule_dir.join(s)) {
+                    errs.push(format!("inference.choices.{name}.script: {e}"));
+                }
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
     }
 }
