@@ -237,7 +237,7 @@ mod tests {
             .contains("with its offset"));
         assert!(parse_deadline("soon", now).unwrap_err().contains("`soon`"));
         assert!(parse_deadline("500000000000y", now).is_err());
-        assert!(parse_deadline("8000y", now).unwrap_err().contains("9999"));
+        assert!(parse_deadline("9000y", now).unwrap_err().contains("9999"));
         assert!(parse_deadline("0s", now).unwrap_err().contains("is zero"));
         assert!(parse_deadline("1970-01-02T00:00:00Z", now)
             .unwrap_err()
