@@ -726,3 +726,37 @@ fn sigterm_to_mur_with_20_background_commands_stops_them_all() {
         assert!(gone(p), "{p} survived");
     }
 }
+
+#[test]
+fn background_example_runs_offline() {
+    let c = Capsule::new();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/background");
+    let output = c
+        .mur()
+        .args(["run", example, "--records-dir"])
+        .arg(&c.records)
+        .args(["--task", "Build, then stop the server"])
+        .output()
+        .unwrap();
+    let run = Run {
+        output,
+        records: c.records.clone(),
+    };
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.stdout(),
+        "The build finished (exit 0) and the server was stopped.\n"
+    );
+    let states: Vec<String> = bg_records(&run)
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["operation"].as_str().unwrap(),
+                r["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(states, ["status running", "wait exited", "stop stopped"]);
+    assert_eq!(run.one("task_end")["runningCommands"], json!([]));
+}

@@ -128,15 +128,17 @@ fn cap(s: String) -> String {
 }
 
 /// Validates the input. Checked in this order, each refusal a message naming what is
-/// wrong:
+/// wrong (exact texts in the README, "background-command"):
 ///
-/// - not an object: `background-command takes {…}; got a string`
-/// - an unknown key: ``unknown input key `x`; background-command takes {…}``
-/// - no `work_id`: ```work_id` is missing: give the work id a shell call returned, of the form wrk_<hex>``
-/// - a `work_id` not of the form: ``` `job-7` is not a work id: a work id has the form wrk_<hex> (wrk_ followed by hexadecimal digits)```
-/// - no `operation`: ``` `operation` is missing: the accepted operations are status, wait, stop```
-/// - another operation: ``` `kill` is not an operation of background-command: the accepted operations are status, wait, stop```
-/// - a `wait_secs` that is not a whole number ≥ 0: ``` `wait_secs` must be a whole number of seconds (0 or more), got `1.5` ```
+/// ```text
+/// not an object          background-command takes {…}; got a string
+/// an unknown key         unknown input key `x`; background-command takes {…}
+/// no work_id             `work_id` is missing: give the work id a shell call returned, of the form wrk_<hex>
+/// a malformed work_id    `job-7` is not a work id: a work id has the form wrk_<hex> (wrk_ followed by hexadecimal digits)
+/// no operation           `operation` is missing: the accepted operations are status, wait, stop
+/// another operation      `kill` is not an operation of background-command: the accepted operations are status, wait, stop
+/// a bad wait_secs        `wait_secs` must be a whole number of seconds (0 or more), got `1.5`
+/// ```
 ///
 /// A `null` value counts as absent. A whole number written as a float (`5.0`) is
 /// accepted; a value above 600 is taken as 600.
