@@ -39,6 +39,7 @@ fn main() {
         supervisor: &sup,
         deadline: None,
         shutdown: &shutdown,
+        grace: None,
     };
     let mut raw = Vec::with_capacity(n);
     let mut tool = Vec::with_capacity(n);

@@ -173,6 +173,11 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         }
         None => staging::default_records_dir(&home, &dir, &staged.session_id),
     };
+    // Orphaned descendants (a command's `setsid` or double-forked children) come back
+    // to mur rather than to init, so the session's end can find, kill and reap them.
+    if let Err(e) = mur::exec::procs::become_subreaper() {
+        log::warn!("cannot become a child subreaper: {e}; processes that leave their command's group may outlive the session");
+    }
     let shutdown = mur::signals::ShutdownHandle::new();
     mur::signals::start(shutdown.clone()).map_err(|e| Fail {
         code: EXIT_FAILED,

@@ -1,25 +1,65 @@
 //! Process supervision: shell commands run in their own process group, their output
-//! goes straight to a log file, and one reaper thread per group waits for the leader.
+//! goes straight to a log file, and one reaper thread per group reaps it.
 //!
 //! Nothing here reads a child's pipes: stdout and stderr both point at the command's
 //! log file (opened `O_APPEND`, so both streams land in the order written), and stdin
 //! is `/dev/null`. A grandchild that keeps the log open can never hang a tool call.
+//!
+//! # The reaper
+//!
+//! [`Supervisor::spawn`] starts one reaper thread per command (64 KiB of stack, so a
+//! thousand commands cost a few megabytes). It loops on `waitpid(-pgid)`: it reaps the
+//! leader, then every process of the group that becomes `mur`'s child (with `mur` a
+//! child subreaper, see [`procs::become_subreaper`], orphans of the group come back to
+//! it), until `ECHILD`. It never calls `waitpid(-1)`, which would steal statuses.
+//!
+//! When the leader exits the reaper stores the exit and broadcasts it: the
+//! [`Running::exited`] channel disconnects (so any number of waiters wake in a
+//! `select!`), and an [`ExitEvent`] goes to the supervisor's event channel (the
+//! dispatcher's feed; a later completion task is built from it). When the group is
+//! empty the [`Running::reaped`] channel disconnects.
+//!
+//! # Stopping
+//!
+//! A stop (SIGTERM to the group, SIGKILL 2 s later if anything in it is still alive,
+//! then up to 3 s for it to finish) keeps its clock on the thread that asked for it,
+//! reading the reaper's broadcasts: a reaper blocked in `waitpid` cannot also keep a
+//! clock without a second thread per command. [`Supervisor::stop_all`] runs the same
+//! sequence on every group at once, so stopping a thousand commands takes about as
+//! long as stopping one.
+//!
+//! Each command's environment carries `MURMUR_WORK_ID=<work id>` and, for a session's
+//! supervisor, `MURMUR_SESSION=<session id>`: a descendant that escapes the group
+//! (`setsid`, double fork) keeps them, so the session's end can name it
+//! ([`procs::sweep`]).
 
 pub mod output;
+pub mod procs;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
+
+/// Stack size of a reaper thread, in bytes: 64 KiB.
+pub const REAPER_STACK: usize = 64 * 1024;
+
+/// Seconds between SIGTERM and SIGKILL in a stop: 2.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Seconds a stop waits after SIGKILL for the command to finish: 3.
+pub const STOP_AFTER_KILL: Duration = Duration::from_secs(3);
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +73,8 @@ pub struct ExitInfo {
 }
 
 impl ExitInfo {
-    /// The exit code as the spec reports it: the code, or 128 + signal for a signal kill.
+    /// The exit code as the spec reports it: the code, or 128 + signal for a signal
+    /// kill; -1 when neither is known (a wait error).
     pub fn exit_code(&self) -> i32 {
         match (self.code, self.signal) {
             (Some(c), _) => c,
@@ -61,6 +102,22 @@ impl ExitInfo {
     }
 }
 
+/// A leader's exit as the reaper reports it on the supervisor's event channel.
+#[derive(Debug, Clone)]
+pub struct ExitEvent {
+    /// The command's work id.
+    pub work_id: String,
+    /// How it ended.
+    pub exit: ExitInfo,
+}
+
+#[derive(Default)]
+struct State {
+    exit: Option<(ExitInfo, Instant)>,
+    stopped: bool,
+    exit_returned: bool,
+}
+
 /// A command started by the supervisor.
 pub struct Running {
     /// The work id, `wrk_<32 hex>`.
@@ -73,87 +130,102 @@ pub struct Running {
     pub started: Instant,
     /// The absolute path of its log file.
     pub log_path: PathBuf,
-    /// Receives the leader's exit once, from the reaper thread.
-    exit_rx: Receiver<ExitInfo>,
-    /// The exit, once observed.
-    exit: Mutex<Option<(ExitInfo, Instant)>>,
-    /// Whether a stop reached it.
-    stopped: Mutex<bool>,
+    state: Arc<Mutex<State>>,
+    exited: Receiver<()>,
+    reaped: Receiver<()>,
 }
 
 impl Running {
-    /// The exit and when it was observed, without waiting.
-    pub fn try_exit(&self) -> Option<(ExitInfo, Instant)> {
-        let mut slot = self.exit.lock();
-        if slot.is_none() {
-            if let Ok(e) = self.exit_rx.try_recv() {
-                *slot = Some((e, Instant::now()));
-            }
-        }
-        slot.clone()
+    /// The exit and when the reaper observed it, once the leader has exited.
+    pub fn exit(&self) -> Option<(ExitInfo, Instant)> {
+        self.state.lock().exit.clone()
     }
 
-    /// The channel the reaper reports the exit on (for `select!` with other events).
-    pub fn exit_channel(&self) -> &Receiver<ExitInfo> {
-        &self.exit_rx
+    /// A channel that disconnects (every `recv` fails at once, forever) when the leader
+    /// has exited and [`Running::exit`] holds its exit. Nothing is ever sent on it.
+    pub fn exited(&self) -> &Receiver<()> {
+        &self.exited
     }
 
-    /// Records an exit received from [`Running::exit_channel`].
-    pub fn set_exit(&self, e: ExitInfo) {
-        let mut slot = self.exit.lock();
-        if slot.is_none() {
-            *slot = Some((e, Instant::now()));
-        }
+    /// A channel that disconnects when the reaper is done: the leader and every
+    /// process of the group that came back to `mur` have been reaped.
+    pub fn reaped(&self) -> &Receiver<()> {
+        &self.reaped
     }
 
-    /// Waits up to `timeout` for the exit.
-    pub fn wait_timeout(&self, timeout: Duration) -> Option<(ExitInfo, Instant)> {
-        if let Some(e) = self.try_exit() {
-            return Some(e);
-        }
-        match self.exit_rx.recv_timeout(timeout) {
-            Ok(e) => {
-                self.set_exit(e);
-                self.try_exit()
-            }
-            Err(_) => self.try_exit(),
-        }
+    /// Waits until the leader exits or `until` passes; returns the exit if it has.
+    pub fn wait_until(&self, until: Instant) -> Option<(ExitInfo, Instant)> {
+        let _ = self.exited.recv_deadline(until);
+        self.exit()
     }
 
-    /// Whether a stop reached this command.
+    /// Whether a stop reached this command (it was still running when SIGTERM went
+    /// out).
     pub fn was_stopped(&self) -> bool {
-        *self.stopped.lock()
+        self.state.lock().stopped
     }
 
-    /// Whether any process of its group is still alive.
+    /// Whether a tool result already gave the model this command's exit (so a later
+    /// completion task for it would be redundant).
+    pub fn exit_returned(&self) -> bool {
+        self.state.lock().exit_returned
+    }
+
+    /// Remembers that a tool result gave the model this command's exit.
+    pub fn mark_exit_returned(&self) {
+        self.state.lock().exit_returned = true;
+    }
+
+    /// Seconds from the start to the exit, or to now while it runs.
+    pub fn elapsed(&self) -> Duration {
+        match self.exit() {
+            Some((_, at)) => at.saturating_duration_since(self.started),
+            None => self.started.elapsed(),
+        }
+    }
+
+    /// Whether any process of its group may still be alive: the reaper is not done
+    /// and the group answers signal 0. Once the reaper is done the group id is never
+    /// signalled again (it could name another group by then).
     pub fn group_alive(&self) -> bool {
-        killpg(Pid::from_raw(self.pgid), None).is_ok()
+        let done = matches!(
+            self.reaped.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        );
+        !done && killpg(Pid::from_raw(self.pgid), None).is_ok()
     }
 
-    /// Stops the command: SIGTERM to its process group, SIGKILL to the group 2 s later
-    /// if anything in it is still alive, then waits up to 3 s more for the leader.
-    /// A command that already exited (and whose group is empty) is sent nothing.
-    pub fn stop(&self) -> Option<(ExitInfo, Instant)> {
-        if self.try_exit().is_some() && !self.group_alive() {
-            return self.try_exit();
-        }
-        *self.stopped.lock() = true;
-        let pg = Pid::from_raw(self.pgid);
-        let _ = killpg(pg, Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let exited = self.wait_timeout(Duration::from_millis(20)).is_some();
-            if exited && !self.group_alive() {
-                return self.try_exit();
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-        }
+    fn signal_group(&self, sig: Signal) {
         if self.group_alive() {
-            let _ = killpg(pg, Signal::SIGKILL);
+            let _ = killpg(Pid::from_raw(self.pgid), sig);
         }
-        self.wait_timeout(Duration::from_secs(3))
+    }
+
+    /// Stops the command (spec, background-command, `stop`): SIGTERM to its process
+    /// group, SIGKILL to the group 2 s later if anything in it is still alive, then up
+    /// to 3 s more for it to finish. A command whose leader already exited is sent
+    /// nothing. Returns the exit, if the leader has exited by then.
+    pub fn stop(&self) -> Option<(ExitInfo, Instant)> {
+        if !self.begin_stop() {
+            return self.exit();
+        }
+        let _ = self.reaped.recv_deadline(Instant::now() + STOP_GRACE);
+        self.signal_group(Signal::SIGKILL);
+        let _ = self.reaped.recv_deadline(Instant::now() + STOP_AFTER_KILL);
+        self.exit()
+    }
+
+    /// Marks the stop and sends SIGTERM; false when the leader already exited.
+    fn begin_stop(&self) -> bool {
+        {
+            let mut st = self.state.lock();
+            if st.exit.is_some() {
+                return false;
+            }
+            st.stopped = true;
+        }
+        self.signal_group(Signal::SIGTERM);
+        true
     }
 }
 
@@ -176,94 +248,131 @@ pub enum SpawnError {
         /// The cause.
         source: io::Error,
     },
+    /// The argv is empty.
+    #[error("no binary to start: the argv is empty")]
+    Empty,
 }
 
 /// Starts and tracks a session's commands; stops every one still running at the end.
-#[derive(Default)]
 pub struct Supervisor {
+    session: Option<String>,
     commands: Mutex<BTreeMap<String, Arc<Running>>>,
+    events_tx: Sender<ExitEvent>,
+    events_rx: Receiver<ExitEvent>,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Supervisor {
-    /// A supervisor with no command.
+    /// A supervisor with no command, whose commands carry no `MURMUR_SESSION`.
     pub fn new() -> Self {
-        Self::default()
+        let (events_tx, events_rx) = unbounded();
+        Supervisor {
+            session: None,
+            commands: Mutex::new(BTreeMap::new()),
+            events_tx,
+            events_rx,
+        }
+    }
+
+    /// A supervisor for session `session_id`: its commands carry
+    /// `MURMUR_SESSION=<session_id>` in their environment.
+    pub fn for_session(session_id: &str) -> Self {
+        Supervisor {
+            session: Some(session_id.to_string()),
+            ..Self::new()
+        }
+    }
+
+    /// The channel the reapers report leader exits on, in the order observed. It is
+    /// unbounded: a reaper never blocks on it.
+    pub fn events(&self) -> &Receiver<ExitEvent> {
+        &self.events_rx
     }
 
     /// Starts `argv` in `cwd`, in a new process group, stdin `/dev/null`, stdout and
     /// stderr appended to `logs_dir/<work id>.log`, and a reaper thread for it.
     ///
-    /// Errors: the log cannot be created or the binary cannot be started.
+    /// Errors: the argv is empty, the log cannot be created, the binary cannot be
+    /// started, or the reaper thread cannot be started (then the group is killed).
     pub fn spawn(
         &self,
         argv: &[String],
         cwd: &Path,
         logs_dir: &Path,
     ) -> Result<Arc<Running>, SpawnError> {
+        let Some(binary) = argv.first() else {
+            return Err(SpawnError::Empty);
+        };
         let work_id = crate::ids::work_id();
         let log_path = logs_dir.join(format!("{work_id}.log"));
+        let log_err = |source| SpawnError::Log {
+            path: log_path.clone(),
+            source,
+        };
         let log = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
-            .map_err(|source| SpawnError::Log {
-                path: log_path.clone(),
-                source,
-            })?;
-        let log2 = log.try_clone().map_err(|source| SpawnError::Log {
-            path: log_path.clone(),
-            source,
-        })?;
-        let mut cmd = StdCommand::new(&argv[0]);
+            .map_err(log_err)?;
+        let log2 = log.try_clone().map_err(log_err)?;
+        let mut cmd = StdCommand::new(binary);
         cmd.args(&argv[1..])
             .current_dir(cwd)
+            .env("MURMUR_WORK_ID", &work_id)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .process_group(0);
-        let mut child = match cmd.spawn() {
+        if let Some(s) = &self.session {
+            cmd.env("MURMUR_SESSION", s);
+        }
+        let child = match cmd.spawn() {
             Ok(c) => c,
             Err(source) => {
                 let _ = std::fs::remove_file(&log_path);
                 return Err(SpawnError::Start {
-                    binary: argv[0].clone(),
+                    binary: binary.clone(),
                     source,
                 });
             }
         };
+        drop(cmd);
+        let started = Instant::now();
         let pgid = child.id() as i32;
-        let (tx, rx) = bounded(1);
-        std::thread::Builder::new()
-            .name(format!("reaper-{pgid}"))
-            .stack_size(32 * 1024)
-            .spawn(move || {
-                let info = match child.wait() {
-                    Ok(st) => ExitInfo {
-                        code: st.code(),
-                        signal: st.signal(),
-                        wait_error: None,
-                    },
-                    Err(e) => ExitInfo {
-                        code: None,
-                        signal: None,
-                        wait_error: Some(format!("waitpid({pgid}): {e}")),
-                    },
-                };
-                let _ = tx.send(info);
-            })
-            .map_err(|source| SpawnError::Start {
-                binary: argv[0].clone(),
+        // The reaper waits by pid; the std handle is not used to wait.
+        drop(child);
+        let state = Arc::new(Mutex::new(State::default()));
+        let (exited_tx, exited) = bounded::<()>(0);
+        let (reaped_tx, reaped) = bounded::<()>(0);
+        let st = state.clone();
+        let events = self.events_tx.clone();
+        let wid = work_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("reaper".into())
+            .stack_size(REAPER_STACK)
+            .spawn(move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid));
+        if let Err(source) = spawned {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            let _ = waitpid(Pid::from_raw(pgid), None);
+            return Err(SpawnError::Start {
+                binary: binary.clone(),
                 source,
-            })?;
+            });
+        }
         let running = Arc::new(Running {
             work_id: work_id.clone(),
             argv: argv.to_vec(),
             pgid,
-            started: Instant::now(),
+            started,
             log_path,
-            exit_rx: rx,
-            exit: Mutex::new(None),
-            stopped: Mutex::new(false),
+            state,
+            exited,
+            reaped,
         });
         self.commands.lock().insert(work_id, running.clone());
         Ok(running)
@@ -274,39 +383,127 @@ impl Supervisor {
         self.commands.lock().get(work_id).cloned()
     }
 
-    /// Work ids of the commands still running (leader not yet exited).
+    /// Every command this supervisor started, by work id.
+    pub fn all(&self) -> Vec<Arc<Running>> {
+        self.commands.lock().values().cloned().collect()
+    }
+
+    /// The commands whose leader has not exited, by work id.
     pub fn running(&self) -> Vec<Arc<Running>> {
-        self.commands
-            .lock()
-            .values()
-            .filter(|c| c.try_exit().is_none())
-            .cloned()
+        self.all()
+            .into_iter()
+            .filter(|c| c.exit().is_none())
             .collect()
     }
 
-    /// Stops every command still running, all groups at once: SIGTERM now, SIGKILL 2 s
-    /// later to groups still alive, then up to 3 s for their leaders.
-    /// Returns the work ids it had to stop.
-    pub fn stop_all(&self) -> Vec<String> {
-        let all: Vec<Arc<Running>> = self.commands.lock().values().cloned().collect();
-        let live: Vec<Arc<Running>> = all
-            .into_iter()
-            .filter(|c| c.try_exit().is_none() || c.group_alive())
-            .collect();
-        let handles: Vec<_> = live
+    /// Process group ids whose reaper is still at work.
+    pub fn live_groups(&self) -> Vec<i32> {
+        self.all()
             .iter()
-            .map(|c| {
-                let c = c.clone();
-                std::thread::Builder::new()
-                    .stack_size(32 * 1024)
-                    .spawn(move || {
-                        c.stop();
-                    })
+            .filter(|c| {
+                !matches!(
+                    c.reaped.try_recv(),
+                    Err(crossbeam_channel::TryRecvError::Disconnected)
+                )
             })
-            .collect();
-        for h in handles.into_iter().flatten() {
-            let _ = h.join();
-        }
-        live.iter().map(|c| c.work_id.clone()).collect()
+            .map(|c| c.pgid)
+            .collect()
     }
+
+    /// Stops every command whose leader is still running and every group still alive,
+    /// all at once: SIGTERM now, SIGKILL 2 s later to groups still alive, then up to
+    /// 3 s for them to finish. Returns the work ids whose leader was still running
+    /// (a stop reached them).
+    pub fn stop_all(&self) -> Vec<String> {
+        let all = self.all();
+        let mut stopped = Vec::new();
+        let mut live = Vec::new();
+        for c in &all {
+            if c.begin_stop() {
+                stopped.push(c.work_id.clone());
+                live.push(c.clone());
+            } else if c.group_alive() {
+                c.signal_group(Signal::SIGTERM);
+                live.push(c.clone());
+            }
+        }
+        if live.is_empty() {
+            return stopped;
+        }
+        let until = Instant::now() + STOP_GRACE;
+        for c in &live {
+            let _ = c.reaped.recv_deadline(until);
+        }
+        for c in &live {
+            c.signal_group(Signal::SIGKILL);
+        }
+        let until = Instant::now() + STOP_AFTER_KILL;
+        for c in &live {
+            let _ = c.reaped.recv_deadline(until);
+        }
+        stopped
+    }
+}
+
+/// The reaper thread's body: `waitpid(-pgid)` until `ECHILD`.
+fn reap(
+    pgid: i32,
+    state: &Mutex<State>,
+    exited_tx: Sender<()>,
+    reaped_tx: Sender<()>,
+    events: &Sender<ExitEvent>,
+    work_id: String,
+) {
+    let mut exited_tx = Some(exited_tx);
+    let mut report = |exit: ExitInfo| {
+        state.lock().exit = Some((exit.clone(), Instant::now()));
+        drop(exited_tx.take());
+        let _ = events.send(ExitEvent {
+            work_id: work_id.clone(),
+            exit,
+        });
+    };
+    let mut leader_done = false;
+    loop {
+        match waitpid(Pid::from_raw(-pgid), None) {
+            Ok(status) => {
+                let (pid, exit) = match status {
+                    WaitStatus::Exited(pid, code) => (pid, (Some(code), None)),
+                    WaitStatus::Signaled(pid, sig, _) => (pid, (None, Some(sig as i32))),
+                    _ => continue,
+                };
+                if pid.as_raw() == pgid && !leader_done {
+                    leader_done = true;
+                    report(ExitInfo {
+                        code: exit.0,
+                        signal: exit.1,
+                        wait_error: None,
+                    });
+                }
+            }
+            Err(Errno::EINTR) => continue,
+            Err(Errno::ECHILD) => break,
+            Err(e) => {
+                if !leader_done {
+                    leader_done = true;
+                    report(ExitInfo {
+                        code: None,
+                        signal: None,
+                        wait_error: Some(format!("waitpid(-{pgid}): {e}")),
+                    });
+                }
+                break;
+            }
+        }
+    }
+    if !leader_done {
+        report(ExitInfo {
+            code: None,
+            signal: None,
+            wait_error: Some(format!(
+                "the leader {pgid} was reaped by someone else; its exit is unknown"
+            )),
+        });
+    }
+    drop(reaped_tx);
 }

@@ -16,6 +16,26 @@
 //! arguments that are not JSON, to exercise the runtime's tool errors), `usage`
 //! (`{input, output, cached, cache_write}` in tokens). A turn asked for after the last
 //! item fails the task with [`DriverError::Script`].
+//!
+//! # Referring to an earlier result
+//!
+//! A string anywhere in a call's `input` may hold `${result.<call id>.<field>}`: it is
+//! replaced, when the turn is played, by the value of the `<field>: <value>` line in
+//! the result of the earlier tool call with that id (the lines inside the fence,
+//! before the first blank line). This is how a script checks on and stops the command
+//! it started, with the work id the shell call returned:
+//!
+//! ```yaml
+//! - tool_calls:
+//!     - {id: slow, name: sh, input: {args: ["-c", "sleep 30"]}}
+//! - tool_calls:
+//!     - {name: background-command, input: {operation: stop, work_id: "${result.slow.work_id}"}}
+//! - text: stopped
+//! ```
+//!
+//! A reference that cannot be resolved (no earlier result with that call id, or no
+//! such line in it) fails the task with [`DriverError::Script`] naming it. Only
+//! `${result.` starts a reference; any other `$` is left as it is.
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +44,7 @@ use serde_json::Value;
 
 use super::{
     estimate_request, estimate_tokens, Arguments, Attempt, AttemptSink, Driver, DriverError,
-    Request, Response, ToolCall, Usage,
+    Message, Request, Response, ToolCall, Usage,
 };
 
 /// One scripted model turn.
@@ -103,6 +123,78 @@ impl ScriptDriver {
     }
 }
 
+/// The value of the `field: value` line in the latest result of call `call_id` among
+/// `messages` (inside the fence, before the first blank line).
+///
+/// Errors: no such result, or no such line, in a message naming the reference.
+pub fn result_field(messages: &[Message], call_id: &str, field: &str) -> Result<String, String> {
+    let Some(content) = messages.iter().rev().find_map(|m| match m {
+        Message::Tool {
+            call_id: id,
+            content,
+            ..
+        } if id == call_id => Some(content),
+        _ => None,
+    }) else {
+        return Err(format!(
+            "`${{result.{call_id}.{field}}}`: no earlier tool result has call id `{call_id}`"
+        ));
+    };
+    let prefix = format!("{field}: ");
+    content
+        .lines()
+        .skip_while(|l| l.starts_with("<untrusted-content "))
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "`${{result.{call_id}.{field}}}`: the result of call `{call_id}` has no `{field}:` line"
+            )
+        })
+}
+
+/// Replaces every `${result.<call id>.<field>}` in the strings of `v`.
+fn resolve(v: &Value, messages: &[Message]) -> Result<Value, String> {
+    Ok(match v {
+        Value::String(s) => Value::String(resolve_str(s, messages)?),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| resolve(x, messages))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| Ok((k.clone(), resolve(x, messages)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+fn resolve_str(s: &str, messages: &[Message]) -> Result<String, String> {
+    const OPEN: &str = "${result.";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("`{}` has no closing `}}`", &rest[at..]));
+        };
+        let inner = &after[..end];
+        let Some((call_id, field)) = inner.rsplit_once('.') else {
+            return Err(format!(
+                "`${{result.{inner}}}` must name a call id and a field: ${{result.<call id>.<field>}}"
+            ));
+        };
+        out.push_str(&result_field(messages, call_id, field)?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 impl Driver for ScriptDriver {
     fn complete(
         &mut self,
@@ -120,26 +212,31 @@ impl Driver for ScriptDriver {
             });
         };
         self.next += 1;
-        let tool_calls: Vec<ToolCall> = turn
-            .tool_calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ToolCall {
+        let mut tool_calls: Vec<ToolCall> = Vec::with_capacity(turn.tool_calls.len());
+        for (i, c) in turn.tool_calls.iter().enumerate() {
+            let arguments = match (&c.input_raw, &c.input) {
+                (Some(raw), _) => match serde_json::from_str(raw) {
+                    Ok(v) => Arguments::Json(v),
+                    Err(_) => Arguments::Invalid(raw.clone()),
+                },
+                (None, Some(v)) => {
+                    let v = resolve(v, req.messages).map_err(|detail| DriverError::Script {
+                        path: self.path.display().to_string(),
+                        detail: format!("turn {}, call {}: {detail}", self.next, i + 1),
+                    })?;
+                    Arguments::Json(v)
+                }
+                (None, None) => Arguments::Json(Value::Object(Default::default())),
+            };
+            tool_calls.push(ToolCall {
                 id: c
                     .id
                     .clone()
                     .unwrap_or_else(|| format!("call_{}_{}", self.next, i + 1)),
                 name: c.name.clone(),
-                arguments: match (&c.input_raw, &c.input) {
-                    (Some(raw), _) => match serde_json::from_str(raw) {
-                        Ok(v) => Arguments::Json(v),
-                        Err(_) => Arguments::Invalid(raw.clone()),
-                    },
-                    (None, Some(v)) => Arguments::Json(v.clone()),
-                    (None, None) => Arguments::Json(Value::Object(Default::default())),
-                },
-            })
-            .collect();
+                arguments,
+            });
+        }
         let usage = match turn.usage {
             Some(u) => Usage {
                 input: u.input,
@@ -184,5 +281,40 @@ impl Driver for ScriptDriver {
 
     fn kind(&self) -> &'static str {
         "script"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(id: &str, content: &str) -> Message {
+        Message::Tool {
+            call_id: id.into(),
+            name: "sh".into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn references_take_a_line_of_an_earlier_result() {
+        let msgs = [tool(
+            "slow",
+            "<untrusted-content source=tool:sh>\nwork_id: wrk_0a\nstate: running\n\nwork_id: fake\n</untrusted-content>",
+        )];
+        let v = serde_json::json!({"work_id": "${result.slow.work_id}", "x": ["a ${result.slow.state}!"]});
+        assert_eq!(
+            resolve(&v, &msgs).unwrap(),
+            serde_json::json!({"work_id": "wrk_0a", "x": ["a running!"]})
+        );
+        assert_eq!(
+            resolve_str("${result.nope.work_id}", &msgs).unwrap_err(),
+            "`${result.nope.work_id}`: no earlier tool result has call id `nope`"
+        );
+        assert_eq!(
+            resolve_str("${result.slow.exit_code}", &msgs).unwrap_err(),
+            "`${result.slow.exit_code}`: the result of call `slow` has no `exit_code:` line"
+        );
+        assert_eq!(resolve_str("$HOME ${x}", &msgs).unwrap(), "$HOME ${x}");
     }
 }

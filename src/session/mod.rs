@@ -119,6 +119,9 @@ struct Loop<'a> {
     deadline: Option<Deadline>,
     counters: Counters,
     logs_dir: PathBuf,
+    /// Where the task was when a cancel or the deadline cut it short, for `task_end`'s
+    /// `phase` (`background_wait`).
+    phase: Option<&'static str>,
 }
 
 /// Why the loop stopped.
@@ -189,7 +192,7 @@ pub fn run(
     let mut lp = Loop {
         spec: &spec,
         trace: trace.clone(),
-        supervisor: Supervisor::new(),
+        supervisor: Supervisor::for_session(&spec.staged.session_id),
         shutdown,
         progress,
         session_start,
@@ -198,6 +201,7 @@ pub fn run(
         deadline,
         counters: Counters::default(),
         logs_dir,
+        phase: None,
     };
     let stop = lp.run_task();
     // Every path out stops what still runs.
@@ -208,6 +212,17 @@ pub fn run(
         .map(|c| json!({"work_id": c.work_id, "argv": c.argv, "pgid": c.pgid}))
         .collect();
     let stopped = lp.supervisor.stop_all();
+    // Descendants that left their command's group (setsid, double fork) came back to
+    // mur as a child subreaper: the session's end kills them, and says so.
+    let task = Some(lp.task_id.as_str());
+    for s in crate::exec::procs::sweep(Some(&spec.staged.session_id), &lp.supervisor.live_groups())
+    {
+        trace.record(
+            task,
+            "survivor_killed",
+            fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+        );
+    }
     let (status, answer, error) = match stop {
         Stop::Answer(a) => (ExitStatus::Completed, Some(a), None),
         Stop::Failed(e) => (ExitStatus::Failed, None, Some(e)),
@@ -227,7 +242,6 @@ pub fn run(
     if let Err(e) = std::fs::write(&result_path, &result_text) {
         log::error!("cannot write {}: {e}", result_path.display());
     }
-    let task = Some(lp.task_id.as_str());
     if status == ExitStatus::Failed {
         trace.record(task, "task_failed", fields! {"error" => error});
     }
@@ -239,6 +253,7 @@ pub fn run(
             "turns" => lp.counters.turns_used,
             "runningCommands" => running,
             "stopped_commands" => stopped,
+            "phase" => lp.phase,
             "error" => error,
         },
     );
@@ -288,6 +303,11 @@ impl Loop<'_> {
         let tools: Vec<ToolSpec> = spec.staged.inventory.iter().map(|t| t.spec()).collect();
         let mut messages = vec![Message::User(spec.task.clone())];
         loop {
+            // The dispatcher's feed of background exits: nothing consumes it until
+            // sessions take completion tasks, so it is drained to stay small.
+            while let Ok(ev) = self.supervisor.events().try_recv() {
+                log::debug!("{} exited: {}", ev.work_id, ev.exit.exit_code());
+            }
             if let Some(s) = self.check_stop() {
                 return s;
             }
@@ -536,8 +556,32 @@ impl Loop<'_> {
                     supervisor: &self.supervisor,
                     deadline: self.deadline.as_ref().map(|d| d.instant),
                     shutdown: &self.shutdown,
+                    grace: self
+                        .spec
+                        .manifest
+                        .lifecycle
+                        .shell_grace_secs
+                        .map(std::time::Duration::from_secs),
                 };
                 shell::call(&ctx, binary, args).0
+            }
+            ToolKind::BackgroundCommand => {
+                let ctx = tools::background::Context {
+                    supervisor: &self.supervisor,
+                    deadline: self.deadline.as_ref().map(|d| d.instant),
+                    shutdown: &self.shutdown,
+                };
+                match tools::background::call(&ctx, &input) {
+                    Ok(a) => {
+                        if a.cut.is_some() {
+                            self.phase = Some("background_wait");
+                        }
+                        self.trace
+                            .record(Some(&self.task_id), "background_command", a.record);
+                        a.result
+                    }
+                    Err(message) => ToolResult::refused(message),
+                }
             }
             ToolKind::SessionStatus => {
                 match &input {

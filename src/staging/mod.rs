@@ -171,9 +171,6 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
     if c.install.is_some() {
         return unsupported("capabilities.install", "pull-artifact");
     }
-    if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
-        return unsupported("lifecycle.shell_grace_secs", "background-command");
-    }
     if let Some(a) = m.tools.first().or(m.skills.first()) {
         return Err(StageError::Other(format!(
             "`{a}` is declared, but this build of mur has no artifact store to pull it from; remove it from tools:/skills:"
@@ -185,6 +182,11 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
         .map(|b| tools::shell::entry(b))
         .collect();
     inv.push(tools::session_status::entry());
+    // Spec, "The twelve": an inference: block (checked above), a non-empty
+    // capabilities.shell.allow and lifecycle.shell_grace_secs.
+    if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
+        inv.push(tools::background::entry());
+    }
     Ok(inv)
 }
 

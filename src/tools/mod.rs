@@ -1,6 +1,7 @@
 //! Tools: the inventory the model is offered and the runtime-provided tools, one file
 //! per tool (spec: "Runtime-provided tools").
 
+pub mod background;
 pub mod result;
 pub mod session_status;
 pub mod shell;
@@ -51,6 +52,8 @@ pub enum ToolKind {
     },
     /// session-status.
     SessionStatus,
+    /// background-command.
+    BackgroundCommand,
 }
 
 /// One entry of the tool inventory: what the model is offered and what staging writes

@@ -18,7 +18,36 @@
 //!
 //! `exit_code` is 128 + signal for a signal kill, followed then by a `signal: SIGKILL`
 //! line. A command that ran is `passed` whatever its exit code; one that could not be
-//! started is a tool error.
+//! started is a tool error. When processes are left holding the command's output after
+//! it exited (a job it put in the background, a `setsid` escape), a note after the
+//! fence names them ([`super::background::holders_note`]).
+//!
+//! # Moving to the background
+//!
+//! With `lifecycle.shell_grace_secs` set, a command still running after that many
+//! seconds moves to the background: it keeps running, and the call returns at once,
+//! `passed`, with the lines background-command itself returns
+//! ([`super::background::describe`]) for a running command:
+//!
+//! ```text
+//! work_id: wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2
+//! state: running
+//! elapsed_secs: 10
+//! output: /abs/records/…/logs/wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2.log
+//! output_bytes: 120
+//! output_shown: all
+//!
+//! <the output so far>
+//! ```
+//!
+//! and this note after the fence ([`moved_note`]):
+//!
+//! ```text
+//! The command is still running after lifecycle.shell_grace_secs (10 s) and has moved to the background: call background-command with work_id wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2 and operation status, wait or stop.
+//! ```
+//!
+//! Without `lifecycle.shell_grace_secs` no command moves to the background: the call
+//! waits for the exit, the session's deadline or a shutdown.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,6 +55,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{after, never, select, Receiver};
 use serde_json::{json, Value};
 
+use super::background::{describe, holders_note};
 use super::{json_type, ToolEntry, ToolKind, ToolResult};
 use crate::exec::output::{tail, TAIL_BYTES};
 use crate::exec::{ExitInfo, Running, Supervisor};
@@ -97,6 +127,9 @@ pub struct ShellContext<'a> {
     pub deadline: Option<Instant>,
     /// Disconnected when `mur` is told to shut down.
     pub shutdown: &'a Receiver<()>,
+    /// `lifecycle.shell_grace_secs`: how long a call waits before its command moves to
+    /// the background; `None`: it never does.
+    pub grace: Option<Duration>,
 }
 
 /// Why a shell call returned before its command exited.
@@ -108,8 +141,17 @@ pub enum Cut {
     Shutdown,
 }
 
-/// Runs `binary args…` in the foreground until it exits, the deadline passes or `mur`
-/// shuts down (then the whole process group is stopped).
+/// The note after the fence of a call whose command moved to the background.
+pub fn moved_note(grace: Duration, work_id: &str) -> String {
+    format!(
+        "The command is still running after lifecycle.shell_grace_secs ({} s) and has moved to the background: call background-command with work_id {work_id} and operation status, wait or stop.",
+        grace.as_secs()
+    )
+}
+
+/// Runs `binary args…` until it exits, the grace passes (then it moves to the
+/// background and keeps running), the deadline passes or `mur` shuts down (then the
+/// whole process group is stopped).
 pub fn call(ctx: &ShellContext<'_>, binary: &str, args: Vec<String>) -> (ToolResult, Option<Cut>) {
     let mut argv = Vec::with_capacity(args.len() + 1);
     argv.push(binary.to_string());
@@ -122,10 +164,17 @@ pub fn call(ctx: &ShellContext<'_>, binary: &str, args: Vec<String>) -> (ToolRes
         Some(d) => after(d.saturating_duration_since(Instant::now())),
         None => never(),
     };
+    let grace_rx = match ctx.grace {
+        Some(g) => after(g),
+        None => never(),
+    };
     let mut cut = None;
     select! {
-        recv(running.exit_channel()) -> e => {
-            if let Ok(e) = e { running.set_exit(e) }
+        recv(running.exited()) -> _ => {}
+        recv(grace_rx) -> _ => {
+            if running.exit().is_none() {
+                return (moved(&running, ctx.grace.unwrap_or_default()), None);
+            }
         }
         recv(deadline_rx) -> _ => cut = Some(Cut::Deadline),
         recv(ctx.shutdown) -> _ => cut = Some(Cut::Shutdown),
@@ -133,8 +182,32 @@ pub fn call(ctx: &ShellContext<'_>, binary: &str, args: Vec<String>) -> (ToolRes
     if cut.is_some() {
         running.stop();
     }
-    let exit = running.wait_timeout(Duration::from_secs(0));
-    (render(&running, exit.map(|(e, _)| e), cut), cut)
+    let exit = running.exit();
+    let mut r = render(&running, exit.as_ref().map(|(e, _)| e.clone()), cut);
+    if exit.is_some() {
+        running.mark_exit_returned();
+        if let Some(n) = holders_note(ctx.supervisor, &running) {
+            r.notes.insert(0, n);
+        }
+    }
+    (r, cut)
+}
+
+/// The result of a call whose command moved to the background.
+fn moved(running: &Running, grace: Duration) -> ToolResult {
+    let d = describe(running, None);
+    let mut r = ToolResult::passed(
+        format!("moved to the background as {}", running.work_id),
+        d.text,
+    )
+    .with_note(moved_note(grace, &running.work_id));
+    r.record.insert("work_id".into(), json!(running.work_id));
+    r.record.insert("argv".into(), json!(running.argv));
+    r.record.insert("background".into(), json!(true));
+    r.record.insert("exit_code".into(), Value::Null);
+    r.record
+        .insert("output_bytes".into(), json!(d.output_bytes));
+    r
 }
 
 /// The result text for a finished (or stopped) foreground command.

@@ -1,0 +1,766 @@
+//! background-command and process supervision, end to end: moving to the background,
+//! status / wait / stop with their exact texts, refusals, the session's end, and the
+//! faults a supervisor must survive (spec, "background-command").
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{Capsule, Run};
+
+const GRACE: &str = "lifecycle:\n  shell_grace_secs: 1\n";
+
+/// A result's parts: the `key: value` lines before the blank line, the output after
+/// it, and the notes after the fence.
+struct Parts {
+    head: Vec<String>,
+    body: String,
+    notes: Vec<String>,
+}
+
+fn parts(text: &str) -> Parts {
+    let (inside, notes) = text
+        .split_once("</untrusted-content>")
+        .unwrap_or_else(|| panic!("no fence: {text}"));
+    let inside = inside.split_once('\n').unwrap().1;
+    let (head, body) = inside.split_once("\n\n").unwrap_or((inside, ""));
+    Parts {
+        head: head.lines().map(str::to_string).collect(),
+        body: body.to_string(),
+        notes: notes
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
+/// The value of `key: value` in a result's head.
+fn field(text: &str, key: &str) -> String {
+    let p = parts(text);
+    p.head
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .to_string()
+}
+
+/// The head with `elapsed_secs`/`waited_secs` values and paths masked, for exact
+/// comparison of the line structure.
+fn shape(text: &str) -> Vec<String> {
+    parts(text)
+        .head
+        .iter()
+        .map(|l| {
+            let (k, v) = l.split_once(": ").unwrap();
+            match k {
+                "work_id" => format!("{k}: W"),
+                "output" => format!("{k}: LOG"),
+                _ => format!("{k}: {v}"),
+            }
+        })
+        .collect()
+}
+
+fn pid_in(c: &Capsule, file: &str) -> i32 {
+    let p = c.dir.join("work").join(file);
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&p) {
+            if let Ok(n) = s.trim().parse() {
+                return n;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no pid in {file}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Gone from /proc (reaped): not even a zombie. Gives the reaper of the last parent
+/// (init, for a process orphaned by a test) a moment.
+fn gone(pid: i32) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn bg_records(run: &Run) -> Vec<Value> {
+    run.records("background_command")
+}
+
+#[test]
+fn the_tool_exists_only_with_an_inference_block_a_shell_allowlist_and_a_grace() {
+    let with = Capsule::scripted(&["sh"], GRACE, "- text: hi\n");
+    let run = with.run("t", &[]);
+    assert_eq!(
+        run.one("session_start")["tools_declared"],
+        json!(["sh", "session-status", "background-command"])
+    );
+    let without_grace = Capsule::scripted(
+        &["sh"],
+        "",
+        "- tool_calls: [{name: background-command, input: {operation: status, work_id: wrk_0a}}]\n- text: hi\n",
+    );
+    let run = without_grace.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.one("session_start")["tools_declared"],
+        json!(["sh", "session-status"])
+    );
+    assert!(run.tool_texts()[0].contains("tool `background-command` does not exist in this session: it exists only when the capsule declares an inference: block, a non-empty capabilities.shell.allow and lifecycle.shell_grace_secs"), "{}", run.tool_texts()[0]);
+    let without_shell = Capsule::scripted(&[], GRACE, "- text: hi\n");
+    let run = without_shell.run("t", &[]);
+    assert_eq!(
+        run.one("session_start")["tools_declared"],
+        json!(["session-status"])
+    );
+    // The manifest staging writes carries the spec's schema.
+    let out = with.mur().arg("stage").arg(&with.dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let runtime = text
+        .lines()
+        .find_map(|l| l.strip_prefix("runtime directory: "))
+        .unwrap();
+    let m: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(Path::new(runtime).join("tools/background-command/murmur.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        m["input_schema"],
+        json!({"type":"object","properties":{"operation":{"type":"string","enum":["status","wait","stop"]},"work_id":{"type":"string"},"wait_secs":{"type":"integer","minimum":0}},"required":["operation","work_id"]})
+    );
+    assert_eq!(m["implementation"], "native");
+}
+
+#[test]
+fn a_command_past_the_grace_moves_to_the_background_and_wait_returns_its_exit() {
+    let script = r#"
+- tool_calls:
+    - {id: slow, name: sh, input: {args: ["-c", "echo start; sleep 2; echo end; exit 101"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: status, work_id: "${result.slow.work_id}"}}
+    - {name: background-command, input: {operation: wait, work_id: "${result.slow.work_id}"}}
+    - {name: background-command, input: {operation: status, work_id: "${result.slow.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let start = Instant::now();
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let t = run.tool_texts();
+    let moved = parts(&t[0]);
+    assert_eq!(
+        shape(&t[0]),
+        [
+            "work_id: W",
+            "state: running",
+            "elapsed_secs: 1",
+            "output: LOG",
+            "output_bytes: 6",
+            "output_shown: all"
+        ]
+    );
+    assert_eq!(moved.body, "start\n");
+    let wid = field(&t[0], "work_id");
+    assert!(mur::ids::is_work_id(&wid) && wid.len() == 36, "{wid}");
+    assert_eq!(
+        moved.notes,
+        [format!("The command is still running after lifecycle.shell_grace_secs (1 s) and has moved to the background: call background-command with work_id {wid} and operation status, wait or stop.")]
+    );
+    let log = field(&t[0], "output");
+    assert!(Path::new(&log).is_absolute());
+    assert_eq!(
+        log,
+        run.records
+            .join(format!("logs/{wid}.log"))
+            .display()
+            .to_string()
+    );
+    let status = shape(&t[1]);
+    assert!(
+        status[2] == "elapsed_secs: 1" || status[2] == "elapsed_secs: 2",
+        "{status:?}"
+    );
+    assert_eq!(
+        [&status[..2], &status[3..]].concat(),
+        [
+            "work_id: W",
+            "state: running",
+            "output: LOG",
+            "output_bytes: 6",
+            "output_shown: all"
+        ]
+    );
+    let w = shape(&t[2]);
+    assert_eq!(w[0..2], ["work_id: W", "state: exited"]);
+    assert!(
+        w[2] == "elapsed_secs: 2" || w[2] == "elapsed_secs: 3",
+        "{w:?}"
+    );
+    assert!(
+        w[3] == "waited_secs: 0" || w[3] == "waited_secs: 1",
+        "{w:?}"
+    );
+    assert_eq!(
+        w[4..],
+        [
+            "exit_code: 101",
+            "status: error",
+            "output: LOG",
+            "output_bytes: 10",
+            "output_shown: all"
+        ]
+    );
+    assert_eq!(parts(&t[2]).body, "start\nend\n");
+    assert!(parts(&t[2]).notes.is_empty(), "{}", t[2]);
+    assert_eq!(shape(&t[3])[1], "state: exited");
+    assert!(!t[3].contains("waited_secs"));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\nend\n");
+    // Passed whatever the exit code; one background_command record per answered call.
+    assert_eq!(run.records("tool_call")[2]["status"], "passed");
+    let recs = bg_records(&run);
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[1]["operation"], "wait");
+    assert_eq!(recs[1]["wait_secs"], 600);
+    assert_eq!(recs[1]["exit_code"], 101);
+    assert_eq!(recs[1]["work_id"], wid);
+    assert_eq!(run.one("task_end")["runningCommands"], json!([]));
+}
+
+#[test]
+fn without_a_grace_no_command_moves_to_the_background() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"sleep 2; echo done\"]}}\n- text: ok\n";
+    let c = Capsule::scripted(&["sh"], "", script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = &run.tool_texts()[0];
+    assert!(t.contains("exit_code: 0\nstatus: ok\n"), "{t}");
+    assert!(t.ends_with("\n\ndone\n</untrusted-content>"), "{t}");
+}
+
+#[test]
+fn wait_0_returns_at_once_wait_secs_bounds_the_wait_and_stop_reports_stopped() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "echo hi; sleep 30"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: 0}}
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: 1}}
+    - {name: background-command, input: {operation: stop, work_id: "${result.s.work_id}"}}
+    - {name: background-command, input: {operation: status, work_id: "${result.s.work_id}"}}
+    - {name: background-command, input: {operation: stop, work_id: "${result.s.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    let calls = run.records("tool_call");
+    assert_eq!(shape(&t[1])[3], "waited_secs: 0");
+    assert_eq!(shape(&t[1])[1], "state: running");
+    assert!(calls[1]["duration_ms"].as_u64().unwrap() < 500);
+    assert_eq!(shape(&t[2])[3], "waited_secs: 1");
+    assert_eq!(shape(&t[2])[1], "state: running");
+    let stop = shape(&t[3]);
+    assert_eq!(stop[1], "state: stopped");
+    assert_eq!(
+        stop[3..],
+        [
+            "exit_code: 143",
+            "status: error",
+            "output: LOG",
+            "output_bytes: 3",
+            "output_shown: all"
+        ]
+    );
+    assert_eq!(parts(&t[3]).body, "hi\n");
+    assert!(calls[3]["duration_ms"].as_u64().unwrap() < 1500);
+    assert_eq!(shape(&t[4])[1], "state: stopped");
+    // A command that already ended is sent nothing: the text stays the same.
+    assert_eq!(shape(&t[5]), shape(&t[4]));
+    assert!(calls[5]["duration_ms"].as_u64().unwrap() < 500);
+    assert_eq!(bg_records(&run).len(), 5);
+}
+
+#[test]
+fn exit_code_is_128_plus_the_signal_for_a_signal_kill() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "sleep 1.5; kill -9 $$"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: 20}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = &run.tool_texts()[1];
+    assert_eq!(field(t, "state"), "exited");
+    assert_eq!(field(t, "exit_code"), "137");
+    assert_eq!(field(t, "status"), "error");
+}
+
+#[test]
+fn refusals_have_the_spec_texts_and_write_no_record() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "sleep 30"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: status, work_id: wrk_00000000000000000000000000000abc}}
+    - {name: background-command, input: {operation: status, work_id: job-7}}
+    - {name: background-command, input: {operation: status}}
+    - {name: background-command, input: {operation: kill, work_id: "${result.s.work_id}"}}
+    - {name: background-command, input: {work_id: "${result.s.work_id}"}}
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: 1.5}}
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: "10"}}
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}", wait_secs: -2}}
+    - {name: background-command, input: {operation: status, work_id: "${result.s.work_id}", pid: 3}}
+    - {name: background-command, input_raw: "[1]"}
+    - {name: background-command, input: {operation: status, work_id: "${result.s.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let calls = run.records("tool_call");
+    let data = |i: usize| -> String {
+        let t = calls[i]["content"].as_str().unwrap();
+        parts(t).head.join("\n")
+    };
+    let form = "background-command takes {\"operation\": \"status\" | \"wait\" | \"stop\", \"work_id\": \"wrk_<hex>\", \"wait_secs\": integer}";
+    let expected = [
+        "no background command with work id `wrk_00000000000000000000000000000abc` in this session".to_string(),
+        "`job-7` is not a work id: a work id has the form wrk_<hex> (wrk_ followed by hexadecimal digits)".into(),
+        "`work_id` is missing: give the work id a shell call returned, of the form wrk_<hex>".into(),
+        "`kill` is not an operation of background-command: the accepted operations are status, wait, stop".into(),
+        "`operation` is missing: the accepted operations are status, wait, stop".into(),
+        "`wait_secs` must be a whole number of seconds (0 or more), got `1.5`".into(),
+        "`wait_secs` must be a whole number of seconds (0 or more), got `\"10\"`".into(),
+        "`wait_secs` must be a whole number of seconds (0 or more), got `-2`".into(),
+        format!("unknown input key `pid`; {form}"),
+        format!("{form}; got an array"),
+    ];
+    for (i, e) in expected.iter().enumerate() {
+        assert_eq!(data(i + 1), *e, "call {}", i + 1);
+        assert_eq!(calls[i + 1]["status"], "failed");
+    }
+    // Only the last call was answered.
+    let recs = bg_records(&run);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["operation"], "status");
+}
+
+#[test]
+fn a_work_id_from_another_session_is_unknown() {
+    let first = Capsule::scripted(
+        &["sh"],
+        GRACE,
+        "- tool_calls: [{name: sh, input: {args: [\"-c\", \"sleep 5\"]}}]\n- text: ok\n",
+    );
+    let run = first.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let wid = field(&run.tool_texts()[0], "work_id");
+    let second = Capsule::scripted(
+        &["sh"],
+        GRACE,
+        &format!("- tool_calls: [{{name: background-command, input: {{operation: status, work_id: {wid}}}}}]\n- text: ok\n"),
+    );
+    let run2 = second.run("t", &[]);
+    assert_eq!(
+        parts(&run2.tool_texts()[0]).head.join("\n"),
+        format!("no background command with work id `{wid}` in this session")
+    );
+    assert!(bg_records(&run2).is_empty());
+}
+
+#[test]
+fn a_command_still_running_at_the_answer_is_stopped_and_named_in_running_commands() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo $$ > leader.pid; sleep 300\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let wid = field(&run.tool_texts()[0], "work_id");
+    let end = run.one("task_end");
+    assert_eq!(end["runningCommands"][0]["work_id"], wid);
+    assert_eq!(end["runningCommands"][0]["argv"][0], "sh");
+    assert!(gone(pid_in(&c, "leader.pid")));
+    assert_eq!(run.trace().last().unwrap()["type"], "session_end");
+}
+
+#[test]
+fn the_deadline_ends_a_wait_and_the_session() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "echo $$ > leader.pid; sleep 300"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}"}}
+- text: never
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let start = Instant::now();
+    let run = c.run("t", &["--deadline", "3s"]);
+    assert!(start.elapsed() < Duration::from_secs(15));
+    assert_eq!(run.code(), 3, "{}", run.dump());
+    let rec = &bg_records(&run)[0];
+    assert_eq!(rec["phase"], "background_wait");
+    assert_eq!(rec["cut_by"], "deadline");
+    let end = run.one("task_end");
+    assert_eq!(end["exit_status"], "deadline");
+    assert_eq!(end["phase"], "background_wait");
+    assert_eq!(end["runningCommands"].as_array().unwrap().len(), 1);
+    assert!(gone(pid_in(&c, "leader.pid")));
+}
+
+/// Starts `mur run` in the background and returns the child.
+fn spawn_mur(c: &Capsule) -> std::process::Child {
+    c.mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_cancel_ends_a_wait_at_once_recorded_as_phase_background_wait() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "echo $$ > leader.pid; sleep 300"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: wait, work_id: "${result.s.work_id}"}}
+- text: never
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let mut child = spawn_mur(&c);
+    let leader = pid_in(&c, "leader.pid");
+    std::thread::sleep(Duration::from_millis(2000));
+    let t = Instant::now();
+    sigterm(child.id());
+    let status = child.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130));
+    let trace = support::read_trace(&c.records);
+    let rec = trace
+        .iter()
+        .find(|r| r["type"] == "background_command")
+        .expect("a background_command record");
+    assert_eq!(rec["phase"], "background_wait");
+    assert_eq!(rec["cut_by"], "cancel");
+    let end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+    assert_eq!(end["exit_status"], "canceled");
+    assert_eq!(end["phase"], "background_wait");
+    assert_eq!(trace.last().unwrap()["type"], "session_end");
+    assert!(gone(leader));
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_2_seconds_later() {
+    let script = r#"
+- tool_calls:
+    - {id: s, name: sh, input: {args: ["-c", "trap '' TERM; echo $$ > leader.pid; while :; do sleep 0.2; done"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: stop, work_id: "${result.s.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = &run.tool_texts()[1];
+    assert_eq!(field(t, "state"), "stopped");
+    assert_eq!(field(t, "exit_code"), "137");
+    let ms = run.records("tool_call")[1]["duration_ms"].as_u64().unwrap();
+    assert!((1900..5500).contains(&ms), "{ms}");
+    assert!(gone(pid_in(&c, "leader.pid")));
+}
+
+#[test]
+fn a_shell_that_backgrounds_a_job_and_exits_0_returns_and_names_the_job() {
+    // No grace: the call returns at the leader's exit, not when the job closes the log.
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"sleep 300 & echo $! > job.pid; echo bye\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], "", script);
+    let start = Instant::now();
+    let run = c.run("t", &[]);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let job = pid_in(&c, "job.pid");
+    let t = &run.tool_texts()[0];
+    assert!(t.contains("exit_code: 0\nstatus: ok\n"), "{t}");
+    assert_eq!(
+        parts(t).notes,
+        [format!("Processes left holding its output: {job} (sleep). They can still write to its log; the session's end kills them.")]
+    );
+    assert!(gone(job), "the job outlived the session");
+}
+
+#[test]
+fn a_grandchild_chain_three_levels_deep_is_stopped_with_the_group() {
+    let chain = r#"sh -c 'sh -c "echo \$\$ > g3.pid; sleep 300" & echo $$ > g2.pid; wait' & echo $$ > g1.pid; wait"#;
+    let script = format!(
+        "- tool_calls:\n    - {{id: s, name: sh, input: {{args: [\"-c\", {}]}}}}\n- tool_calls:\n    - {{name: background-command, input: {{operation: stop, work_id: \"${{result.s.work_id}}\"}}}}\n- text: done\n",
+        serde_json::to_string(chain).unwrap()
+    );
+    let c = Capsule::scripted(&["sh"], GRACE, &script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = &run.tool_texts()[1];
+    assert_eq!(field(t, "state"), "stopped");
+    for f in ["g1.pid", "g2.pid", "g3.pid"] {
+        assert!(gone(pid_in(&c, f)), "{f} survived");
+    }
+    assert!(run.records("survivor_killed").is_empty());
+}
+
+#[test]
+fn a_setsid_escape_is_named_killed_at_the_session_end_and_recorded() {
+    let cmd = r#"setsid sh -c 'echo $$ > esc.pid; exec sleep 300' & while [ ! -s esc.pid ]; do sleep 0.05; done; echo ok"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh"], "", &script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let esc = pid_in(&c, "esc.pid");
+    let t = &run.tool_texts()[0];
+    assert_eq!(
+        parts(t).notes,
+        [format!("Processes left holding its output: {esc} (sleep). They can still write to its log; the session's end kills them.")]
+    );
+    let wid = field(t, "work_id");
+    let s = run.one("survivor_killed");
+    assert_eq!(s["pid"], esc);
+    assert_eq!(s["argv"], json!(["sleep", "300"]));
+    assert_eq!(s["work_id"], wid);
+    assert_eq!(s["signal"], "SIGKILL");
+    assert!(gone(esc));
+    assert_eq!(run.trace().last().unwrap()["type"], "session_end");
+}
+
+#[test]
+fn a_double_fork_escape_is_killed_at_the_session_end() {
+    let cmd = r#"(setsid sleep 300 & echo $! > df.pid); exit 0"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh"], "", &script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let pid = pid_in(&c, "df.pid");
+    let s = run.one("survivor_killed");
+    assert_eq!(s["pid"], pid);
+    assert!(gone(pid));
+}
+
+#[test]
+fn a_command_writing_1_gib_keeps_memory_flat_and_the_log_holds_it_all() {
+    let script = r#"
+- tool_calls:
+    - {name: sh, input: {args: ["-c", "head -c 1073741824 /dev/zero"]}}
+    - {name: sh, input: {args: ["-c", "grep VmHWM /proc/$PPID/status"]}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], "", script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    let log = field(&t[0], "output");
+    assert_eq!(field(&t[0], "output_bytes"), "1073741824");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 1 << 30);
+    let hwm: u64 = parts(&t[1])
+        .body
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(hwm < 64 * 1024, "mur's peak RSS {hwm} kB");
+    std::fs::remove_file(&log).unwrap();
+}
+
+#[test]
+fn binary_output_and_a_tail_that_starts_inside_a_character() {
+    let script = r#"
+- tool_calls:
+    - {name: sh, input: {args: ["-c", "printf 'ok\\377\\376\\000end'"]}}
+    - {name: sh, input: {args: ["-c", "printf '\\303\\251'; head -c 16383 /dev/zero | tr '\\000' a"]}}
+    - {name: cat, input: {}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh", "cat"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    assert_eq!(field(&t[0], "output_bytes"), "8");
+    assert_eq!(parts(&t[0]).body, "ok\u{fffd}\u{fffd}\u{0}end\n");
+    assert_eq!(
+        std::fs::read(field(&t[0], "output")).unwrap(),
+        b"ok\xff\xfe\x00end"
+    );
+    assert_eq!(field(&t[1], "output_bytes"), "16385");
+    assert_eq!(field(&t[1], "output_shown"), "last 16384 bytes");
+    assert_eq!(parts(&t[1]).body, format!("{}\n", "a".repeat(16383)));
+    // A command that reads stdin gets an empty one and ends.
+    assert_eq!(field(&t[2], "exit_code"), "0");
+    assert_eq!(field(&t[2], "output_bytes"), "0");
+}
+
+#[test]
+fn two_hundred_short_commands_leave_no_zombie() {
+    let mut script = String::from("- tool_calls:\n");
+    for _ in 0..200 {
+        script.push_str("    - {name: \"true\"}\n");
+    }
+    script.push_str("    - {name: sh, input: {args: [\"-c\", \"cat /proc/$PPID/task/*/children; echo; echo $$\"]}}\n- text: done\n");
+    let c = Capsule::scripted(&["\"true\"", "sh"], GRACE, &script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    assert_eq!(t.len(), 201);
+    let body = parts(&t[200]).body;
+    let mut lines = body.split('\n').filter(|l| !l.trim().is_empty());
+    let children: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let me = lines.next().unwrap().trim();
+    // mur's only child is the shell asking.
+    assert_eq!(children, [me], "{body}");
+}
+
+#[test]
+fn a_hundred_concurrent_background_commands_are_all_reaped() {
+    use mur::exec::Supervisor;
+    use mur::tools::shell::{call, ShellContext};
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let sup = Supervisor::new();
+    let (_tx, shutdown) = crossbeam_channel::bounded::<()>(0);
+    let ctx = ShellContext {
+        workdir: dir.path(),
+        logs_dir: &logs,
+        supervisor: &sup,
+        deadline: None,
+        shutdown: &shutdown,
+        grace: Some(Duration::from_millis(20)),
+    };
+    for i in 0..100 {
+        let (r, _) = call(&ctx, "sh", vec!["-c".into(), format!("sleep 4; echo {i}")]);
+        assert!(r.data.contains("state: running\n"), "{}", r.data);
+    }
+    let all = sup.all();
+    assert_eq!(all.len(), 100);
+    assert_eq!(sup.running().len(), 100);
+    for c in &all {
+        let (e, _) = c
+            .wait_until(Instant::now() + Duration::from_secs(20))
+            .expect("exited");
+        assert_eq!(e.exit_code(), 0);
+        let _ = c.reaped().recv_timeout(Duration::from_secs(5));
+    }
+    for c in &all {
+        assert!(
+            !Path::new(&format!("/proc/{}", c.pgid)).exists(),
+            "{} left in /proc",
+            c.pgid
+        );
+    }
+    let exits: Vec<_> = sup.events().try_iter().collect();
+    assert_eq!(exits.len(), 100);
+}
+
+#[test]
+fn sigterm_to_mur_with_20_background_commands_stops_them_all() {
+    let mut script = String::from("- tool_calls:\n");
+    for _ in 0..20 {
+        script.push_str(
+            "    - {name: sh, input: {args: [\"-c\", \"echo $$ >> pids; exec sleep 300\"]}}\n",
+        );
+    }
+    script.push_str(
+        "    - {name: sh, input: {args: [\"-c\", \"touch ready; sleep 300\"]}}\n- text: never\n",
+    );
+    let c = Capsule::scripted(&["sh"], GRACE, &script);
+    let mut child = spawn_mur(&c);
+    let ready = c.dir.join("work/ready");
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(start.elapsed() < Duration::from_secs(60), "never ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t = Instant::now();
+    sigterm(child.id());
+    let status = child.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(8));
+    assert_eq!(status.code(), Some(130));
+    let trace = support::read_trace(&c.records);
+    assert_eq!(trace.last().unwrap()["type"], "session_end");
+    let end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+    // The 21st was still in the foreground: it was stopped there, not left running.
+    assert_eq!(end["runningCommands"].as_array().unwrap().len(), 20);
+    let pids: Vec<i32> = std::fs::read_to_string(c.dir.join("work/pids"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 20);
+    for p in pids {
+        assert!(gone(p), "{p} survived");
+    }
+}
+
+#[test]
+fn background_example_runs_offline() {
+    let c = Capsule::new();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/background");
+    let output = c
+        .mur()
+        .args(["run", example, "--records-dir"])
+        .arg(&c.records)
+        .args(["--task", "Build, then stop the server"])
+        .output()
+        .unwrap();
+    let run = Run {
+        output,
+        records: c.records.clone(),
+    };
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.stdout(),
+        "The build finished (exit 0) and the server was stopped.\n"
+    );
+    let states: Vec<String> = bg_records(&run)
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["operation"].as_str().unwrap(),
+                r["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(states, ["status running", "wait exited", "stop stopped"]);
+    assert_eq!(run.one("task_end")["runningCommands"], json!([]));
+}
