@@ -30,7 +30,6 @@ mkdir "$bare"
 cp "$bin" "$bare/mur"
 echo "+ chroot ROOT /mur --version"
 env -i "$chroot" "$bare" /mur --version
-env -i "$chroot" "$bare" /mur generate completions bash >/dev/null
 if [ -d examples/hello ]; then
     cp -R examples/hello "$bare/hello"
     mkdir "$bare/records"
