@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// mur: run LLM agents with tools, supervise their processes, record every event.
+/// Run LLM agents with tools, supervise their processes, record every event.
 ///
-/// A capsule is a directory with a `murmur.yaml`. `mur run` stages it, runs one task
-/// and prints the answer on stdout. Every event of the session is written to
-/// `trace.jsonl` in its records directory.
+/// A capsule is a directory with a murmur.yaml. mur run stages it, runs one task and
+/// prints the answer on stdout. Every event of the session is written to trace.jsonl in
+/// its records directory.
 #[derive(Debug, Parser)]
-#[command(name = "mur", version, about, long_about = None, propagate_version = true)]
+#[command(name = "mur", version, propagate_version = true)]
 pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]

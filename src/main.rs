@@ -64,7 +64,14 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             }
             Ok(0)
         }
-        Command::Generate(_) => Err(usage("generate is not built yet")),
+        Command::Generate(args) => match mur::generate::run(&args) {
+            Ok(()) => Ok(0),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+            Err(e) => Err(Fail {
+                code: EXIT_FAILED,
+                message: e.to_string(),
+            }),
+        },
     }
 }
 

@@ -1,0 +1,47 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_mur_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_mur_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_mur_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_mur_using_subcommand
+    set -l cmd (__fish_mur_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c mur -n "__fish_mur_needs_command" -s h -l help -d 'Print help'
+complete -c mur -n "__fish_mur_needs_command" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_needs_command" -f -a "run" -d 'Run one task in a capsule and print the answer'
+complete -c mur -n "__fish_mur_needs_command" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
+complete -c mur -n "__fish_mur_needs_command" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
+complete -c mur -n "__fish_mur_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mur -n "__fish_mur_using_subcommand run" -l task -d 'The task text' -r
+complete -c mur -n "__fish_mur_using_subcommand run" -l task-file -d 'Read the task text from FILE' -r -F
+complete -c mur -n "__fish_mur_using_subcommand run" -l deadline -d 'When the runtime ends the session: an RFC 3339 time (2026-10-20T14:00:00Z) or a duration from now (90s, 15m, 2h). Default: no deadline' -r
+complete -c mur -n "__fish_mur_using_subcommand run" -l driver -d 'The driver choice (a key of inference.choices) that serves the session. Default: inference.driver' -r
+complete -c mur -n "__fish_mur_using_subcommand run" -l records-dir -d 'Make DIR itself the session\'s records directory (trace.jsonl, logs/, out/) instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
+complete -c mur -n "__fish_mur_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand run" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand check" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand stage" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand stage" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "run" -d 'Run one task in a capsule and print the answer'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
