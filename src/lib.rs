@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod exec;
 pub mod exit;
+pub mod formation;
 pub mod ids;
 pub mod inference;
 pub mod manifest;

@@ -114,11 +114,20 @@ pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) ->
     home.join("records").join(rel).join(session_id)
 }
 
-/// Checks the manifest and builds the inventory, without writing anything.
+/// Checks the manifest and builds the inventory of a session in no formation, without
+/// writing anything. See [`inventory_for`].
+pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
+    inventory_for(m, &[])
+}
+
+/// Checks the manifest and builds the inventory, without writing anything. `callees`
+/// are the members roster.yaml lets this capsule call, in roster order: when there is
+/// one, the inventory holds call-member (its `member` an enum of them) and
+/// end-without-answer; otherwise neither exists.
 ///
 /// Order: E-CAP-013 on every declared artifact first (before anything is pulled), then
 /// what this build cannot run.
-pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
+pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>, StageError> {
     for (field, list) in [("tools", &m.tools), ("skills", &m.skills)] {
         for a in list {
             if RESERVED.contains(&a.name.as_str()) {
@@ -181,6 +190,10 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
         .iter()
         .map(|b| tools::shell::entry(b))
         .collect();
+    if !callees.is_empty() {
+        inv.push(tools::call_member::entry(callees));
+        inv.push(tools::end_without_answer::entry());
+    }
     inv.push(tools::session_status::entry());
     Ok(inv)
 }
@@ -205,7 +218,19 @@ pub fn stage(
     manifest_text: &str,
     m: &Manifest,
 ) -> Result<Staged, StageError> {
-    let inventory = inventory(m)?;
+    stage_member(home, capsule_dir, manifest_text, m, &[])
+}
+
+/// Stages a formation member that may call `callees` (roster order); see [`stage`]
+/// and [`inventory_for`].
+pub fn stage_member(
+    home: &Path,
+    capsule_dir: &Path,
+    manifest_text: &str,
+    m: &Manifest,
+    callees: &[String],
+) -> Result<Staged, StageError> {
+    let inventory = inventory_for(m, callees)?;
     let session_id = crate::ids::session_id();
     let runtime_dir = home.join("run").join(&session_id);
     let io = |path: &Path| {

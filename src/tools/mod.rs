@@ -1,6 +1,8 @@
 //! Tools: the inventory the model is offered and the runtime-provided tools, one file
 //! per tool (spec: "Runtime-provided tools").
 
+pub mod call_member;
+pub mod end_without_answer;
 pub mod result;
 pub mod session_status;
 pub mod shell;
@@ -51,6 +53,10 @@ pub enum ToolKind {
     },
     /// session-status.
     SessionStatus,
+    /// call-member (a formation member with a callee).
+    CallMember,
+    /// end-without-answer (exactly where call-member is).
+    EndWithoutAnswer,
 }
 
 /// One entry of the tool inventory: what the model is offered and what staging writes
