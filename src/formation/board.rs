@@ -310,6 +310,25 @@ impl Board {
         self.changed.notify_all();
     }
 
+    /// The session is gone without ending its tasks (it crashed): the running and
+    /// queued tasks end `TASK_STATE_FAILED` with `message`, and later ones are refused.
+    pub fn fail_all(&self, message: &str) {
+        let mut g = self.inner.lock();
+        g.closed = true;
+        let mut ids: Vec<String> = g.queued.drain(..).collect();
+        ids.extend(g.running.take());
+        for id in ids {
+            if let Some(r) = g.tasks.get_mut(&id) {
+                if !r.snap.state.is_terminal() {
+                    r.snap.state = State::Failed;
+                    r.snap.message = Some(message.to_string());
+                }
+                r.cancel = None;
+            }
+        }
+        self.changed.notify_all();
+    }
+
     fn forget_old(g: &mut Inner, id: String) {
         g.finished.push_back(id);
         while g.finished.len() > KEEP_FINISHED {
@@ -331,7 +350,10 @@ mod tests {
         assert_eq!(t1.state, State::Submitted);
         let t2 = b.submit("two", Origin::Client);
         assert_eq!(t2.state, State::Rejected);
-        assert_eq!(t2.message.as_deref(), Some("task rejected: capsule is busy"));
+        assert_eq!(
+            t2.message.as_deref(),
+            Some("task rejected: capsule is busy")
+        );
         let inc = rx.try_recv().unwrap();
         assert!(b.start(&inc.id));
         b.finish(

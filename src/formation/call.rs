@@ -117,7 +117,7 @@ impl CallCtx {
     }
 
     /// The call's end for a terminal task state `snap` (a read or an offer's answer).
-    fn from_terminal(&self, snap: &Snapshot) -> EndedCall {
+    fn ending_of(&self, snap: &Snapshot) -> EndedCall {
         let m = &self.member;
         let msg = snap.message.clone().filter(|s| !s.trim().is_empty());
         let mut e = match &snap.state {
@@ -187,7 +187,7 @@ impl CallCtx {
                     self.record_start(&snap.id, 1);
                     First::Started(snap.id)
                 }
-                Offer::Ended => First::Ended(self.from_terminal(&snap)),
+                Offer::Ended => First::Ended(self.ending_of(&snap)),
             },
         }
     }
@@ -251,7 +251,9 @@ fn offer(ctx: &CallCtx, abandon: &Receiver<()>) -> (Option<Result<Snapshot, Link
         });
     if let Err(e) = spawned {
         return (
-            Some(Err(LinkError::Failed(format!("cannot start an offer: {e}")))),
+            Some(Err(LinkError::Failed(format!(
+                "cannot start an offer: {e}"
+            )))),
             false,
         );
     }
@@ -341,7 +343,7 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                                 }
                                 mode = Mode::Held { task_id: snap.id };
                             }
-                            Offer::Ended => return ctx.from_terminal(&snap),
+                            Offer::Ended => return ctx.ending_of(&snap),
                         }
                     }
                 }
@@ -360,7 +362,7 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                     recv(after(left.min(POLL_EVERY))) -> _ => {}
                 }
                 match ctx.link.get(&task_id) {
-                    Ok(snap) if snap.state.is_terminal() => return ctx.from_terminal(&snap),
+                    Ok(snap) if snap.state.is_terminal() => return ctx.ending_of(&snap),
                     Ok(_) => unanswered = 0,
                     Err(LinkError::Unreachable(e)) => {
                         unanswered += 1;

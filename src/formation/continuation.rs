@@ -203,7 +203,12 @@ mod tests {
     fn the_spec_example_byte_for_byte() {
         let a = [
             call("mcl_01a1…", "worker", CallStatus::Completed, "WORKER-0123"),
-            call("mcl_01a2…", "critic", CallStatus::TimedOut, "critic did not answer within 600s. …"),
+            call(
+                "mcl_01a2…",
+                "critic",
+                CallStatus::TimedOut,
+                "critic did not answer within 600s. …",
+            ),
         ];
         let mut l = Ledger::default();
         a.iter().for_each(|c| l.ended(c));
@@ -235,8 +240,16 @@ critic did not answer within 600s. …
     #[test]
     fn further_down_gap_and_caller_lines() {
         let mut w = call("mcl_w", "worker", CallStatus::Completed, "partial");
-        w.below = vec![("critic".into(), "no_answer".into()), ("scout".into(), "timed_out".into())];
-        let mut h = call("mcl_h", "helper", CallStatus::NoAnswer, "helper ended its task without an answer");
+        w.below = vec![
+            ("critic".into(), "no_answer".into()),
+            ("scout".into(), "timed_out".into()),
+        ];
+        let mut h = call(
+            "mcl_h",
+            "helper",
+            CallStatus::NoAnswer,
+            "helper ended its task without an answer",
+        );
         h.below = vec![("scout".into(), "failed".into())];
         let mut l = Ledger::default();
         l.ended(&w);

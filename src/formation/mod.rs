@@ -16,6 +16,7 @@ pub mod call;
 pub mod continuation;
 pub mod launch;
 pub mod link;
+pub mod wire;
 
 use std::time::Duration;
 

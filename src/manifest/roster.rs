@@ -153,7 +153,13 @@ pub fn parse_roster(text: &str, file: &str) -> Result<Roster, ManifestError> {
                     );
                     None
                 }
-                Some(root) => walk(&mut cx, Field { node: &root, path: "" }),
+                Some(root) => walk(
+                    &mut cx,
+                    Field {
+                        node: &root,
+                        path: "",
+                    },
+                ),
             }
         }
     };
@@ -189,7 +195,10 @@ fn member_ref(cx: &mut Cx, f: Field, names: &[&str]) -> Option<String> {
     cx.err(
         f.node.pos,
         f.path,
-        format!("`{s}` is not a member of this roster{}", suggest::hint(&s, names)),
+        format!(
+            "`{s}` is not a member of this roster{}",
+            suggest::hint(&s, names)
+        ),
     );
     None
 }
@@ -199,7 +208,10 @@ fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
         cx.err(
             top.node.pos,
             "",
-            format!("a roster is a mapping of keys, found {}", describe(top.node)),
+            format!(
+                "a roster is a mapping of keys, found {}",
+                describe(top.node)
+            ),
         );
         return None;
     }
@@ -218,7 +230,11 @@ fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
     let mut members = Vec::new();
     if let Some(entries) = member_entries {
         if entries.is_empty() {
-            cx.err(o.key_pos("members"), "members", "a formation needs at least one member");
+            cx.err(
+                o.key_pos("members"),
+                "members",
+                "a formation needs at least one member",
+            );
         }
         for (i, e) in entries.iter().enumerate() {
             if entries[..i].iter().any(|f| f.key == e.key) {
@@ -229,10 +245,21 @@ fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
                 cx.err(
                     e.key_pos,
                     "members",
-                    format!("`{}` is not a valid member name (use `[a-z0-9][a-z0-9._-]*`)", e.key),
+                    format!(
+                        "`{}` is not a valid member name (use `[a-z0-9][a-z0-9._-]*`)",
+                        e.key
+                    ),
                 );
             }
-            if let Some(m) = member(cx, &e.key, Field { node: &e.value, path: &path }, &names) {
+            if let Some(m) = member(
+                cx,
+                &e.key,
+                Field {
+                    node: &e.value,
+                    path: &path,
+                },
+                &names,
+            ) {
                 members.push(m);
             }
         }
@@ -307,7 +334,11 @@ fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMem
             Some(f.list_of(cx, |cx, item| {
                 let s = member_ref(cx, item, names)?;
                 if s == name {
-                    cx.err(item.node.pos, item.path, format!("`{s}` cannot call itself"));
+                    cx.err(
+                        item.node.pos,
+                        item.path,
+                        format!("`{s}` cannot call itself"),
+                    );
                     return None;
                 }
                 Some(s)

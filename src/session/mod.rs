@@ -137,6 +137,10 @@ pub fn make_driver(
     }
 }
 
+/// A session's driver, made at its first task and kept for the next ones (a script
+/// plays on across tasks).
+type SharedDriver = Arc<Mutex<Box<dyn Driver>>>;
+
 struct Loop<'a> {
     spec: &'a SessionSpec,
     trace: Trace,
@@ -154,7 +158,7 @@ struct Loop<'a> {
     counters: Counters,
     logs_dir: PathBuf,
     board: Arc<Board>,
-    driver: Option<Result<Arc<Mutex<Box<dyn Driver>>>, String>>,
+    driver: Option<Result<SharedDriver, String>>,
     calls: Calls,
 }
 
@@ -367,11 +371,19 @@ pub fn serve(
         .rev()
         .find(|o| o.status != ExitStatus::NoAnswer)
         .map(|o| o.status)
-        .unwrap_or(if outcomes.is_empty() && lp.session_shutdown.try_recv().is_err_and(|e| e.is_disconnected()) && after_task == AfterTask::Exit {
-            ExitStatus::Canceled
-        } else {
-            ExitStatus::Completed
-        });
+        .unwrap_or(
+            if outcomes.is_empty()
+                && lp
+                    .session_shutdown
+                    .try_recv()
+                    .is_err_and(|e| e.is_disconnected())
+                && after_task == AfterTask::Exit
+            {
+                ExitStatus::Canceled
+            } else {
+                ExitStatus::Completed
+            },
+        );
     trace.record(
         None,
         "session_end",
@@ -435,11 +447,17 @@ impl Loop<'_> {
             Stop::Interrupted => (
                 ExitStatus::Canceled,
                 None,
-                Some(if self.session_shutdown.try_recv().is_err_and(|e| e.is_disconnected()) {
-                    "interrupted by a signal".to_string()
-                } else {
-                    "the task was canceled".to_string()
-                }),
+                Some(
+                    if self
+                        .session_shutdown
+                        .try_recv()
+                        .is_err_and(|e| e.is_disconnected())
+                    {
+                        "interrupted by a signal".to_string()
+                    } else {
+                        "the task was canceled".to_string()
+                    },
+                ),
             ),
         };
         let result_text = match (status, &answer, &error) {
@@ -498,7 +516,7 @@ impl Loop<'_> {
         }
     }
 
-    fn driver(&mut self, choice: &DriverChoice) -> Result<Arc<Mutex<Box<dyn Driver>>>, String> {
+    fn driver(&mut self, choice: &DriverChoice) -> Result<SharedDriver, String> {
         let spec = self.spec;
         self.driver
             .get_or_insert_with(|| {
@@ -609,7 +627,9 @@ impl Loop<'_> {
     fn continuation(&mut self) -> Result<String, Stop> {
         let mut out = self.calls.outstanding();
         if out > 0 {
-            self.status(&format!("waiting on call-member: {out} call(s) outstanding"));
+            self.status(&format!(
+                "waiting on call-member: {out} call(s) outstanding"
+            ));
         }
         while out > 0 {
             let deadline_rx = match &self.deadline {
@@ -649,7 +669,10 @@ impl Loop<'_> {
                 "text" => text,
             },
         );
-        self.status(&format!("continuing with {} member answer(s)", answers.len()));
+        self.status(&format!(
+            "continuing with {} member answer(s)",
+            answers.len()
+        ));
         Ok(text)
     }
 
@@ -991,10 +1014,14 @@ impl Loop<'_> {
         let allowed = if is_loopback(&host) {
             allow.iter().any(|h| h == "localhost")
         } else {
-            allow.iter().any(|h| *h == host)
+            allow.contains(&host)
         };
         let ended = if !allowed {
-            let need = if is_loopback(&host) { "localhost" } else { host.as_str() };
+            let need = if is_loopback(&host) {
+                "localhost"
+            } else {
+                host.as_str()
+            };
             Some(EndedCall {
                 call_id: call_id.clone(),
                 member: member.clone(),
@@ -1103,9 +1130,7 @@ impl Loop<'_> {
         };
         self.calls.drain();
         if let Some(s) = self.calls.slots.first() {
-            return ToolResult::refused(end_without_answer::call_still_out(
-                &s.call_id, &s.member,
-            ));
+            return ToolResult::refused(end_without_answer::call_still_out(&s.call_id, &s.member));
         }
         let reason = match input.get("reason") {
             Some(Value::String(r)) if !r.trim().is_empty() => r.trim().to_string(),

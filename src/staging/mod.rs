@@ -107,6 +107,60 @@ pub fn resolve_capsule(arg: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
     }
 }
 
+/// A capsule read and validated, not yet staged.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The capsule directory, absolute.
+    pub dir: PathBuf,
+    /// The text of its `murmur.yaml`.
+    pub text: String,
+    /// The validated manifest.
+    pub manifest: Manifest,
+}
+
+/// Reads and validates a capsule's manifest (the directory or the `murmur.yaml`) and
+/// runs staging's checks for a member that may call `callees`, without writing.
+///
+/// Errors: a message ready to print: every manifest diagnostic, one per line, after
+/// `N error(s) in FILE`; or the staging refusal.
+pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String> {
+    let (dir, manifest_path) = resolve_capsule(capsule).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let manifest = crate::manifest::parse_str(&text, &manifest_path.display().to_string())
+        .map_err(|e| {
+            let lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
+            format!(
+                "{} error(s) in {}\n{}",
+                lines.len(),
+                manifest_path.display(),
+                lines.join("\n")
+            )
+        })?;
+    inventory_for(&manifest, callees).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    Ok(Loaded {
+        dir,
+        text,
+        manifest,
+    })
+}
+
+/// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
+/// (relative to the capsule), else [`crate::session::DEFAULT_SYSTEM_PROMPT`].
+///
+/// Errors: the prompt file cannot be read.
+pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
+    match (&m.prompt.system, &m.prompt.system_file) {
+        (Some(s), _) => Ok(s.clone()),
+        (None, Some(f)) => {
+            let p = dir.join(f);
+            std::fs::read_to_string(&p)
+                .map_err(|e| format!("prompt.system_file {}: {e}", p.display()))
+        }
+        (None, None) => Ok(crate::session::DEFAULT_SYSTEM_PROMPT.to_string()),
+    }
+}
+
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
 pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) -> PathBuf {

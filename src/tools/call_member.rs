@@ -113,7 +113,8 @@ pub const NO_TASK: &str =
     "'call-member' is answered only while a task runs; this session is running none";
 
 /// Refusal: a call made after end-without-answer was accepted in this task.
-pub const ENDING: &str = "'call-member' makes no call from a task that is ending without an answer.";
+pub const ENDING: &str =
+    "'call-member' makes no call from a task that is ending without an answer.";
 
 /// Refusal: the member holds a call from this task whose answer has not arrived.
 pub fn not_yet_answered(member: &str, call_id: &str) -> String {
@@ -150,12 +151,21 @@ mod tests {
             rejected_output("critic", Some("no room")),
             "critic did not take the task: no room"
         );
-        assert_eq!(rejected_output("critic", None), "critic did not take the task");
+        assert_eq!(
+            rejected_output("critic", None),
+            "critic did not take the task"
+        );
     }
 
     #[test]
     fn ended_note_names_end_without_answer_only_for_a_member_sent_task() {
-        let r = ended("mcl_1", "critic", "rejected", "critic did not take the task", None);
+        let r = ended(
+            "mcl_1",
+            "critic",
+            "rejected",
+            "critic did not take the task",
+            None,
+        );
         assert_eq!(r.notes, ["[call-member] Call mcl_1 to critic ended rejected, with no answer from critic. Do not present an answer of your own as critic's."]);
         let r = ended("mcl_1", "critic", "failed", "x", Some("lead"));
         assert_eq!(r.notes, ["[call-member] Call mcl_1 to critic ended failed, with no answer from critic. Do not present an answer of your own as critic's. If you have no answer to give without critic, call end-without-answer with the reason: the runtime then tells lead plainly that you gave none."]);
