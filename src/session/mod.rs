@@ -487,7 +487,9 @@ impl Loop<'_> {
                 "reason" => if status == ExitStatus::NoAnswer { error.clone() } else { None },
             },
         );
-        let below = if status == ExitStatus::NoAnswer {
+        // A completed task names the members below it that gave none too: its caller
+        // then reads it as an answer with a gap.
+        let below = if matches!(status, ExitStatus::NoAnswer | ExitStatus::Completed) {
             self.calls.ledger.no_answer_below()
         } else {
             Vec::new()
@@ -545,6 +547,14 @@ impl Loop<'_> {
             "task_start",
             fields! {"text" => text, "origin" => self.origin.as_str(), "caller" => self.origin.caller()},
         );
+        // Debug builds only: a test's way to crash a session (tests/formation.rs).
+        if cfg!(debug_assertions) {
+            if let Some(marker) = std::env::var_os("MUR_DEBUG_PANIC_ON_TASK") {
+                if text.contains(marker.to_string_lossy().as_ref()) {
+                    panic!("MUR_DEBUG_PANIC_ON_TASK matched the task text");
+                }
+            }
+        }
         let driver = match self.driver(choice) {
             Ok(d) => d,
             Err(e) => return Stop::Failed(e),
@@ -1079,7 +1089,7 @@ impl Loop<'_> {
                                 arrived: None,
                             });
                             let mut r = r;
-                            r.record.insert("call_id".into(), json!(call_id));
+                            r.record.insert("member_call_id".into(), json!(call_id));
                             return r;
                         }
                         Err(e) => Some(EndedCall {
@@ -1108,7 +1118,7 @@ impl Loop<'_> {
             "failed"
         };
         let mut r = call_member::ended(&call_id, &member, status, &e.output, caller.as_deref());
-        r.record.insert("call_id".into(), json!(call_id));
+        r.record.insert("member_call_id".into(), json!(call_id));
         r
     }
 
