@@ -532,3 +532,185 @@ fn a_bad_roster_is_refused_with_every_diagnostic() {
         "{e}"
     );
 }
+
+// --- interop with a peer written with the official a2a-sdk server -------------------
+
+mod sdk {
+    use std::io::{BufRead, BufReader};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    pub const TOKEN: &str = "sdk-peer-token";
+
+    fn venv_python() -> PathBuf {
+        let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
+            panic!(
+                "MUR_TEST_VENV is not set: the A2A interop tests need a venv with \
+                 a2a-sdk[http-server] and uvicorn; run scripts/test.sh, which creates it"
+            )
+        });
+        PathBuf::from(venv).join("bin/python")
+    }
+
+    /// `tests/support/a2a_sdk_server.py`, killed on drop.
+    pub struct Server {
+        child: Child,
+        pub url: String,
+    }
+
+    impl Server {
+        pub fn start(args: &[&str]) -> Server {
+            let script =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/a2a_sdk_server.py");
+            let mut child = Command::new(venv_python())
+                .arg(script)
+                .args(["--port", "0", "--token", TOKEN])
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start a2a_sdk_server.py");
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = BufReader::new(stdout).read_line(&mut line);
+                let _ = tx.send(line);
+            });
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a2a_sdk_server.py prints LISTENING within 60 s");
+            let url = line
+                .trim()
+                .strip_prefix("LISTENING ")
+                .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+                .to_string();
+            Server { child, url }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn sdk_formation(url: &str) -> Formation {
+    Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [sdk]}}\n  sdk: {{door: \"{url}\", token: {{env: SDK_TOKEN}}}}\n"))
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: sdk, task: \"hello sdk\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+}
+
+#[test]
+fn call_member_to_an_sdk_peer_that_is_busy_once_then_answers() {
+    let server = sdk::Server::start(&["--busy", "1"]);
+    let f = sdk_formation(&server.url);
+    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(lead.records("tool_call")[0]["summary"], "Called sdk: busy");
+    assert_eq!(lead.records("member_call_busy").len(), 1);
+    assert_eq!(lead.one("member_call_start")["offer"], 2);
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "completed", "{}", run.dump());
+    assert_eq!(mc["output"], "echo: hello sdk");
+    let id = &call_ids(&lead)[0];
+    assert_eq!(
+        lead.one("task_continued")["text"],
+        format!("[call-member] call {id} to sdk ended completed:\n<untrusted-content source=member:sdk>\necho: hello sdk\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
+    );
+}
+
+#[test]
+fn call_member_to_an_sdk_peer_that_fails() {
+    let server = sdk::Server::start(&["--mode", "fail"]);
+    let f = sdk_formation(&server.url);
+    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(
+        lead.records("tool_call")[0]["summary"],
+        "Called sdk: started"
+    );
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "failed: asked to fail");
+    let id = &call_ids(&lead)[0];
+    assert!(lead.one("task_continued")["text"].as_str().unwrap().starts_with(&format!("[call-member] call {id} to sdk ended failed, with no answer from sdk:\n<untrusted-content source=member:sdk>\nfailed: asked to fail\n</untrusted-content>\n\n[call-member] No answer came from: sdk (call {id}, failed).")));
+}
+
+#[test]
+fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    use mur::a2a::A2aClient;
+
+    let c = support::Capsule::scripted(
+        &["sleep"],
+        "",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"30\"]}}\n- text: \"done\"\n",
+    );
+    // no token: refused
+    let out = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .env_remove("MURMUR_DOOR_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mur door needs a bearer token"));
+
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    let client = A2aClient::new(url, "door-token");
+    let t1 = client.send_message("work", None, true).unwrap();
+    assert!(!t1.is_terminal());
+    let t2 = client.send_message("more work", None, true).unwrap();
+    assert_eq!(t2.status.state, TaskState::Rejected);
+    assert_eq!(
+        t2.status.message_text().as_deref(),
+        Some("task rejected: capsule is busy")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let canceled = client.cancel_task(&t1.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert_eq!(
+        client.get_task(&t1.id).unwrap().status.state,
+        TaskState::Canceled
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let trace = support::read_trace(&c.records);
+    let ends: Vec<&Value> = trace.iter().filter(|r| r["type"] == "task_end").collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["exit_status"], "canceled");
+    assert_eq!(trace.last().unwrap()["type"], "session_end");
+}
