@@ -33,7 +33,7 @@ pub enum Command {
     /// this launch); the entry member gets the task and may hand work to the members
     /// the roster lets it call with call-member. The formation ends when the entry
     /// member's task ends, and the exit status is that task's. Each member's records go
-    /// to its own records directory (DIR/<member> with --records-dir).
+    /// to its own records directory (`DIR/<member>` with --records-dir).
     ///
     /// $ mur run examples/hello --task "How many files are there?"
     ///
