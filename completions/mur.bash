@@ -19,6 +19,9 @@ _mur() {
             mur,check)
                 cmd="mur__subcmd__check"
                 ;;
+            mur,door)
+                cmd="mur__subcmd__door"
+                ;;
             mur,help)
                 cmd="mur__subcmd__help"
                 ;;
@@ -30,6 +33,9 @@ _mur() {
                 ;;
             mur__subcmd__help,check)
                 cmd="mur__subcmd__help__subcmd__check"
+                ;;
+            mur__subcmd__help,door)
+                cmd="mur__subcmd__help__subcmd__door"
                 ;;
             mur__subcmd__help,help)
                 cmd="mur__subcmd__help__subcmd__help"
@@ -47,7 +53,7 @@ _mur() {
 
     case "${cmd}" in
         mur)
-            opts="-h -V --help --version run check stage help"
+            opts="-h -V --help --version run door check stage help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -74,8 +80,34 @@ _mur() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mur__subcmd__door)
+            opts="-h -V --listen --token-file --records-dir --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --records-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mur__subcmd__help)
-            opts="run check stage help"
+            opts="run door check stage help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -89,6 +121,20 @@ _mur() {
             return 0
             ;;
         mur__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mur__subcmd__help__subcmd__door)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -145,12 +191,16 @@ _mur() {
             return 0
             ;;
         mur__subcmd__run)
-            opts="-h -V --task --task-file --deadline --driver --records-dir --help --version"
+            opts="-h -V --roster --task --task-file --deadline --driver --records-dir --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --roster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --task)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -27,9 +27,11 @@ end
 complete -c mur -n "__fish_mur_needs_command" -s h -l help -d 'Print help'
 complete -c mur -n "__fish_mur_needs_command" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_needs_command" -f -a "run" -d 'Run one task in a capsule and print the answer'
+complete -c mur -n "__fish_mur_needs_command" -f -a "door" -d 'Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a formation on another machine, can give it tasks'
 complete -c mur -n "__fish_mur_needs_command" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
 complete -c mur -n "__fish_mur_needs_command" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
 complete -c mur -n "__fish_mur_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mur -n "__fish_mur_using_subcommand run" -l roster -d 'Run the formation described by FILE (roster.yaml) and give the task to its entry member. Capsule paths in it are relative to the roster\'s directory' -r -F
 complete -c mur -n "__fish_mur_using_subcommand run" -l task -d 'The task text' -r
 complete -c mur -n "__fish_mur_using_subcommand run" -l task-file -d 'Read the task text from FILE' -r -F
 complete -c mur -n "__fish_mur_using_subcommand run" -l deadline -d 'When the runtime ends the session: an RFC 3339 time (2026-10-20T14:00:00Z) or a duration from now (90s, 15m, 2h). Default: no deadline' -r
@@ -37,11 +39,17 @@ complete -c mur -n "__fish_mur_using_subcommand run" -l driver -d 'The driver ch
 complete -c mur -n "__fish_mur_using_subcommand run" -l records-dir -d 'Make DIR itself the session\'s records directory (trace.jsonl, logs/, out/) instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
 complete -c mur -n "__fish_mur_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand run" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand door" -l listen -d 'The address to listen on, IP:PORT. Port 0 picks a free port. Default: 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines)' -r
+complete -c mur -n "__fish_mur_using_subcommand door" -l token-file -d 'Read the bearer token from the first line of FILE. Default: the environment variable MURMUR_DOOR_TOKEN' -r -F
+complete -c mur -n "__fish_mur_using_subcommand door" -l records-dir -d 'Write the session\'s records under DIR instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
+complete -c mur -n "__fish_mur_using_subcommand door" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand door" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand check" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s V -l version -d 'Print version'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "run" -d 'Run one task in a capsule and print the answer'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run check stage help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "run" -d 'Run one task in a capsule and print the answer'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "door" -d 'Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a formation on another machine, can give it tasks'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

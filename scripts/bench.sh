@@ -4,3 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo bench --locked --bench run "$@"
 cargo bench --locked --bench background "$@"
+cargo bench --locked --bench formation

@@ -28,8 +28,31 @@ pub enum Command {
     /// records directory. Exit status: 0 completed, 1 failed or no answer, 2 usage or
     /// manifest error, 3 deadline or ceiling, 130 interrupted.
     ///
+    /// With --roster, runs a formation instead: every local member of roster.yaml is
+    /// staged and gets its own session and door on loopback (behind a token minted for
+    /// this launch); the entry member gets the task and may hand work to the members
+    /// the roster lets it call with call-member. The formation ends when the entry
+    /// member's task ends, and the exit status is that task's. Each member's records go
+    /// to its own records directory (`DIR/<member>` with --records-dir).
+    ///
     /// $ mur run examples/hello --task "How many files are there?"
+    ///
+    /// $ mur run --roster examples/formation/roster.yaml --task "Review notes.txt"
     Run(RunArgs),
+    /// Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a
+    /// formation on another machine, can give it tasks.
+    ///
+    /// Each SendMessage becomes a task of one long-lived session; a task arriving while
+    /// one runs is refused with TASK_STATE_REJECTED and the status message "task
+    /// rejected: capsule is busy" (or queued under task_acceptance: queue). Every
+    /// JSON-RPC request needs "Authorization: Bearer TOKEN"; the agent card at
+    /// /.well-known/agent-card.json is public. The token is the first line of
+    /// --token-file, else the environment variable MURMUR_DOOR_TOKEN; with neither,
+    /// the door refuses to start (there is no unauthenticated mode). Prints "door: URL"
+    /// on stdout once it listens; SIGINT or SIGTERM ends it cleanly with session_end.
+    ///
+    /// $ MURMUR_DOOR_TOKEN=$(cat token) mur door examples/formation/critic --listen 0.0.0.0:7431
+    Door(DoorArgs),
     /// Validate a capsule's murmur.yaml and print every error.
     ///
     /// Prints each error as FILE:LINE:COLUMN: KEY.PATH: MESSAGE. Exit status 0 when the
@@ -50,8 +73,12 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The capsule directory (or its murmur.yaml). Default: the current directory.
-    #[arg(value_name = "CAPSULE")]
+    #[arg(value_name = "CAPSULE", conflicts_with = "roster")]
     pub capsule: Option<PathBuf>,
+    /// Run the formation described by FILE (roster.yaml) and give the task to its entry
+    /// member. Capsule paths in it are relative to the roster's directory.
+    #[arg(long, value_name = "FILE")]
+    pub roster: Option<PathBuf>,
     /// The task text.
     #[arg(long, value_name = "TEXT", conflicts_with = "task_file")]
     pub task: Option<String>,
@@ -67,6 +94,26 @@ pub struct RunArgs {
     #[arg(long, value_name = "CHOICE")]
     pub driver: Option<String>,
     /// Make DIR itself the session's records directory (trace.jsonl, logs/, out/) instead of
+    /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
+    #[arg(long, value_name = "DIR")]
+    pub records_dir: Option<PathBuf>,
+}
+
+/// `mur door`.
+#[derive(Debug, Args)]
+pub struct DoorArgs {
+    /// The capsule directory (or its murmur.yaml).
+    #[arg(value_name = "CAPSULE")]
+    pub capsule: PathBuf,
+    /// The address to listen on, IP:PORT. Port 0 picks a free port. Default:
+    /// 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7431")]
+    pub listen: std::net::SocketAddr,
+    /// Read the bearer token from the first line of FILE. Default: the environment
+    /// variable MURMUR_DOOR_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Write the session's records under DIR instead of
     /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,

@@ -3,11 +3,15 @@
 //! writes every event to `trace.jsonl`.
 //!
 //! One module per concept of the architecture page: [`manifest`], [`staging`],
-//! [`session`], [`inference`], [`tools`], [`exec`], [`records`].
+//! [`session`], [`inference`], [`tools`], [`exec`], [`records`]; formations speak A2A
+//! through [`a2a`] (client and wire types) and [`door`] (server).
 
+pub mod a2a;
 pub mod cli;
+pub mod door;
 pub mod exec;
 pub mod exit;
+pub mod formation;
 pub mod generate;
 pub mod ids;
 pub mod inference;

@@ -10,6 +10,7 @@ use clap::Parser;
 
 use mur::cli::{Cli, Command, RunArgs};
 use mur::exit::{EXIT_FAILED, EXIT_USAGE};
+use mur::formation::launch::{self, LaunchError, LaunchOptions};
 use mur::manifest::{self, Manifest};
 use mur::session::{self, deadline::parse_deadline, SessionSpec};
 use mur::staging;
@@ -45,7 +46,9 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, Fail> {
     match cli.command {
+        Command::Run(args) if args.roster.is_some() => run_roster(args),
         Command::Run(args) => run_capsule(args),
+        Command::Door(args) => run_door(args),
         Command::Check(args) => {
             let (_, _, _) = load(&args.capsule)?;
             println!("{}: ok", args.capsule.display());
@@ -153,15 +156,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
             names.join(", ")
         )));
     }
-    let system_prompt = match (&m.prompt.system, &m.prompt.system_file) {
-        (Some(s), _) => s.clone(),
-        (None, Some(f)) => {
-            let p = dir.join(f);
-            std::fs::read_to_string(&p)
-                .map_err(|e| usage(format!("prompt.system_file {}: {e}", p.display())))?
-        }
-        (None, None) => session::DEFAULT_SYSTEM_PROMPT.to_string(),
-    };
+    let system_prompt = staging::system_prompt(&dir, &m).map_err(usage)?;
     let home = staging::murmur_home();
     let staged = staging::stage(&home, &dir, &text, &m).map_err(|e| usage(e.to_string()))?;
     let records_dir = match &args.records_dir {
@@ -201,12 +196,12 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         records_dir,
         deadline,
         choice,
-        task,
         system_prompt,
+        member: None,
     };
     let progress = mur::progress::Progress::start();
     let runtime_dir = spec.staged.runtime_dir.clone();
-    let outcome = session::run(spec, shutdown.receiver(), progress);
+    let outcome = session::run(spec, &task, shutdown.receiver(), progress);
     // The runtime directory lives as long as the session; the records stay.
     if let Err(e) = std::fs::remove_dir_all(&runtime_dir) {
         log::warn!(
@@ -219,6 +214,13 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         message: e.to_string(),
     })?;
     let interrupted = shutdown.fired();
+    print_outcome(&outcome)?;
+    Ok(outcome.status.exit_code(interrupted))
+}
+
+/// Prints a task's answer on stdout (a closed stdout is not an error), or why it has
+/// none on stderr.
+fn print_outcome(outcome: &session::Outcome) -> Result<(), Fail> {
     if let Some(a) = &outcome.answer {
         let mut out = std::io::stdout().lock();
         let r = writeln!(out, "{a}").and_then(|_| out.flush());
@@ -237,5 +239,79 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
             outcome.records_dir.display()
         );
     }
+    Ok(())
+}
+
+fn launch_error(e: LaunchError) -> Fail {
+    match e {
+        LaunchError::Usage(m) => usage(m),
+        LaunchError::Runtime(m) => Fail {
+            code: EXIT_FAILED,
+            message: m,
+        },
+    }
+}
+
+fn signals() -> Result<mur::signals::ShutdownHandle, Fail> {
+    let shutdown = mur::signals::ShutdownHandle::new();
+    mur::signals::start(shutdown.clone()).map_err(|e| Fail {
+        code: EXIT_FAILED,
+        message: format!("cannot install signal handlers: {e}"),
+    })?;
+    Ok(shutdown)
+}
+
+fn run_roster(args: RunArgs) -> Result<u8, Fail> {
+    let task = read_task(&args)?;
+    let deadline = args
+        .deadline
+        .as_deref()
+        .map(|d| parse_deadline(d, SystemTime::now()))
+        .transpose()
+        .map_err(usage)?;
+    let records_dir = match &args.records_dir {
+        Some(d) => Some(std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?),
+        None => None,
+    };
+    let shutdown = signals()?;
+    let opts = LaunchOptions {
+        roster: args.roster.clone().unwrap_or_default(),
+        task,
+        deadline,
+        records_dir,
+        driver: args.driver.clone(),
+    };
+    let outcome = launch::run_roster(opts, &shutdown).map_err(launch_error)?;
+    let interrupted = shutdown.fired();
+    print_outcome(&outcome)?;
     Ok(outcome.status.exit_code(interrupted))
+}
+
+fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
+    let token = match &args.token_file {
+        Some(f) => std::fs::read_to_string(f)
+            .map_err(|e| usage(format!("--token-file {}: {e}", f.display())))?
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        None => std::env::var("MURMUR_DOOR_TOKEN")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    };
+    if token.is_empty() {
+        return Err(usage(
+            "mur door needs a bearer token: give --token-file FILE or set MURMUR_DOOR_TOKEN (the door has no unauthenticated mode)",
+        ));
+    }
+    let records_dir = match &args.records_dir {
+        Some(d) => Some(std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?),
+        None => None,
+    };
+    let shutdown = signals()?;
+    launch::run_door(&args.capsule, args.listen, token, records_dir, &shutdown)
+        .map_err(launch_error)?;
+    Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })
 }

@@ -130,3 +130,9 @@ pub fn homes_of(key: &str, here: &[&str]) -> Vec<&'static str> {
         .map(|(path, _)| *path)
         .collect()
 }
+
+/// Top level of `roster.yaml`.
+pub const ROSTER: &[&str] = &["formation", "entry", "members"];
+
+/// One entry of a roster's `members`.
+pub const ROSTER_MEMBER: &[&str] = &["capsule", "door", "token", "calls", "listen"];

@@ -6,6 +6,7 @@
 
 pub mod keys;
 pub mod parse;
+pub mod roster;
 mod sections;
 mod suggest;
 pub mod types;

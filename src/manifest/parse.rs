@@ -146,7 +146,7 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
 
 /// Reports a YAML syntax error: one diagnostic per tab-indented line (the usual cause),
 /// plus the scanner's own error when it is not on one of those lines.
-fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
+pub(super) fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
     let mut tab_lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let indent: &str = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];

@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_RETRIES: u32 = 4;
 pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 0.8;
 
 /// `[a-z0-9][a-z0-9._-]*`: capsule, scope and artifact names.
-fn is_name(s: &str) -> bool {
+pub(super) fn is_name(s: &str) -> bool {
     let mut chars = s.chars();
     chars
         .next()
@@ -385,7 +385,7 @@ fn choice(cx: &mut Cx, f: Field) -> Option<DriverChoice> {
 }
 
 /// `credential`: `{env: VAR}` or `{file: PATH}`.
-fn credential(cx: &mut Cx, f: Field) -> Option<Credential> {
+pub(super) fn credential(cx: &mut Cx, f: Field) -> Option<Credential> {
     let c = f.obj(cx, keys::CREDENTIAL)?;
     let env = c.opt(cx, "env", |cx, f| {
         let s = f.str(cx)?;

@@ -1,6 +1,8 @@
-//! The session: one run of a capsule. It holds the agent loop: turns until the model
-//! answers with no tool call, a turn's tool calls one at a time and in order, the
-//! deadline, the ceilings and every record of the session.
+//! The session: one run of a capsule. It holds tasks one after another (the first
+//! from `mur run`, later ones from its door), and for each the agent loop: turns until
+//! the model answers with no tool call, a turn's tool calls one at a time and in order,
+//! member calls and the continuation that delivers their answers, the deadline, the
+//! ceilings and every record of the session.
 
 pub mod deadline;
 pub mod status;
@@ -8,24 +10,29 @@ pub mod status;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use crossbeam_channel::{after, bounded, never, select};
+use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
+use crate::formation::board::{Board, Final, Incoming, Origin};
+use crate::formation::call::{self, CallCtx, First, Mode};
+use crate::formation::continuation::{self, Ledger};
+use crate::formation::link::{is_loopback, Link, SendMeta, State};
+use crate::formation::{CallStatus, EndedCall};
 use crate::inference::{
     self, Arguments, Driver, DriverError, Message, Request, Response, ToolCall, ToolSpec,
 };
-use crate::manifest::{DriverChoice, DriverKind, Manifest};
+use crate::manifest::{AfterTask, DriverChoice, DriverKind, Manifest};
 use crate::progress::Progress;
 use crate::records::Trace;
 use crate::signals::Shutdown;
 use crate::staging::{self, Staged};
-use crate::tools::{self, shell, ToolKind, ToolResult};
+use crate::tools::{self, call_member, end_without_answer, shell, ToolKind, ToolResult};
 
 use deadline::Deadline;
 use status::Counters;
@@ -45,20 +52,45 @@ pub struct SessionSpec {
     pub deadline: Option<SystemTime>,
     /// The driver choice serving the session.
     pub choice: String,
-    /// The task text.
-    pub task: String,
     /// The system prompt.
     pub system_prompt: String,
+    /// Its place in a formation, when it is a member of one.
+    pub member: Option<MemberRole>,
+}
+
+/// A formation member's side of the roster: who it is and whom it may call.
+#[derive(Clone)]
+pub struct MemberRole {
+    /// Its name in the roster.
+    pub name: String,
+    /// The members it may call, in roster order, each with its door.
+    pub callees: Vec<(String, Arc<dyn Link>)>,
+    /// Every roster member's name (filters `noAnswerBelow`).
+    pub roster: Arc<Vec<String>>,
+    /// The bound of one call ([`crate::formation::delegation_deadline`]).
+    pub call_deadline: Duration,
 }
 
 /// How a session ended.
 #[derive(Debug, Clone)]
+pub struct SessionEnd {
+    /// `session_end.exit_status`: the last task's that is not `no_answer`; `completed`
+    /// when there is none (`canceled` when a shutdown ended it before any task).
+    pub status: ExitStatus,
+    /// Each task's outcome, in order.
+    pub tasks: Vec<Outcome>,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The task's (and session's) exit status.
+    /// The task id.
+    pub task_id: String,
+    /// The task's exit status.
     pub status: ExitStatus,
     /// The answer, for `completed`.
     pub answer: Option<String>,
-    /// Why it failed, for `failed` and the ceilings.
+    /// Why it failed, for `failed` and the ceilings; the reason, for `no_answer`.
     pub error: Option<String>,
     /// The records directory.
     pub records_dir: PathBuf,
@@ -107,41 +139,137 @@ pub fn make_driver(
     }
 }
 
+/// A session's driver, made at its first task and kept for the next ones (a script
+/// plays on across tasks).
+type SharedDriver = Arc<Mutex<Box<dyn Driver>>>;
+
 struct Loop<'a> {
     spec: &'a SessionSpec,
     trace: Trace,
     supervisor: Supervisor,
+    /// The session's shutdown (signal, formation end).
+    session_shutdown: Shutdown,
+    /// The running task's stop: fires on the session's shutdown or the task's cancel.
     shutdown: Shutdown,
     progress: Progress,
     session_start: Instant,
     task_start: Option<Instant>,
     task_id: String,
+    origin: Origin,
     deadline: Option<Deadline>,
     counters: Counters,
     logs_dir: PathBuf,
     /// Where the task was when a cancel or the deadline cut it short, for `task_end`'s
     /// `phase` (`background_wait`).
     phase: Option<&'static str>,
+    board: Arc<Board>,
+    driver: Option<Result<SharedDriver, String>>,
+    calls: Calls,
+}
+
+/// The member calls of the running task.
+struct Calls {
+    /// Calls outstanding, or ended with an answer not yet delivered, in the order made.
+    slots: Vec<Slot>,
+    /// Every member's latest ended call in this task.
+    ledger: Ledger,
+    /// The reason, once end-without-answer was accepted.
+    ending: Option<String>,
+    events_tx: Sender<EndedCall>,
+    events_rx: Receiver<EndedCall>,
+    /// Dropped when the task ends: every poller of the task is abandoned.
+    abandon_tx: Option<Sender<()>>,
+    abandon_rx: Receiver<()>,
+}
+
+struct Slot {
+    call_id: String,
+    member: String,
+    arrived: Option<EndedCall>,
+}
+
+impl Calls {
+    fn new() -> Calls {
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (abandon_tx, abandon_rx) = bounded(0);
+        Calls {
+            slots: Vec::new(),
+            ledger: Ledger::default(),
+            ending: None,
+            events_tx,
+            events_rx,
+            abandon_tx: Some(abandon_tx),
+            abandon_rx,
+        }
+    }
+
+    /// Moves every answer that has arrived into its slot.
+    fn drain(&mut self) {
+        while let Ok(e) = self.events_rx.try_recv() {
+            self.arrive(e);
+        }
+    }
+
+    fn arrive(&mut self, e: EndedCall) {
+        self.ledger.ended(&e);
+        if let Some(s) = self.slots.iter_mut().find(|s| s.call_id == e.call_id) {
+            s.arrived = Some(e);
+        }
+    }
+
+    fn outstanding(&self) -> usize {
+        self.slots.iter().filter(|s| s.arrived.is_none()).count()
+    }
 }
 
 /// Why the loop stopped.
 enum Stop {
     Answer(String),
+    NoAnswer(String),
     Failed(String),
     Limit(ExitStatus, String),
     Interrupted,
 }
 
-/// Runs one task in a staged session and writes every record; stops every command
-/// still running on the way out, whatever the way out is.
+/// Runs one task (from the command line) in a staged session and writes every record;
+/// stops every command still running on the way out, whatever the way out is.
 ///
 /// Errors: only when the records directory cannot be written; every other failure is
 /// an [`Outcome`] with a status.
 pub fn run(
     spec: SessionSpec,
+    task: &str,
     shutdown: Shutdown,
     progress: Progress,
 ) -> Result<Outcome, SessionError> {
+    let (board, inbox) = Board::new(spec.manifest.task_acceptance);
+    let board = Arc::new(board);
+    let first = board.submit(task, Origin::CommandLine);
+    let records_dir = spec.records_dir.clone();
+    let mut end = serve(spec, board, inbox, AfterTask::Exit, shutdown, progress)?;
+    Ok(end.tasks.pop().unwrap_or(Outcome {
+        task_id: first.id,
+        status: ExitStatus::Canceled,
+        answer: None,
+        error: Some("interrupted by a signal before the task started".into()),
+        records_dir,
+    }))
+}
+
+/// Runs a session: takes tasks from `inbox` one after another (its board refuses or
+/// queues those that arrive while one runs) until `shutdown` fires, the inbox closes,
+/// or a task ends under `after_task: exit` (`default_after` when the capsule does not
+/// say). Writes `session_start`, each task's records, and `session_end`.
+///
+/// Errors: only when the records directory cannot be written.
+pub fn serve(
+    spec: SessionSpec,
+    board: Arc<Board>,
+    inbox: Receiver<Incoming>,
+    default_after: AfterTask,
+    shutdown: Shutdown,
+    progress: Progress,
+) -> Result<SessionEnd, SessionError> {
     let session_start = Instant::now();
     let start_wall = SystemTime::now();
     let rd = &spec.records_dir;
@@ -186,103 +314,246 @@ pub fn run(
             "driver" => spec.choice,
             "tools_declared" => tools_declared,
             "deadline" => deadline.as_ref().map(|d| crate::records::rfc3339_secs(d.at)),
+            "member" => spec.member.as_ref().map(|m| m.name.clone()),
             "mur_version" => env!("CARGO_PKG_VERSION"),
         },
     );
+    let after_task = spec.manifest.after_task.unwrap_or(default_after);
     let mut lp = Loop {
         spec: &spec,
         trace: trace.clone(),
         supervisor: Supervisor::for_session(&spec.staged.session_id),
+        session_shutdown: shutdown.clone(),
         shutdown,
         progress,
         session_start,
         task_start: None,
-        task_id: crate::ids::task_id(),
+        task_id: String::new(),
+        origin: Origin::CommandLine,
         deadline,
         counters: Counters::default(),
         logs_dir,
         phase: None,
+        board: board.clone(),
+        driver: None,
+        calls: Calls::new(),
     };
-    let stop = lp.run_task();
-    // Every path out stops what still runs.
-    let running: Vec<Value> = lp
-        .supervisor
-        .running()
-        .iter()
-        .map(|c| json!({"work_id": c.work_id, "argv": c.argv, "pgid": c.pgid}))
-        .collect();
-    let stopped = lp.supervisor.stop_all();
-    // Descendants that left their command's group (setsid, double fork) came back to
-    // mur as a child subreaper: the session's end kills them, and says so.
-    let task = Some(lp.task_id.as_str());
-    for s in crate::exec::procs::sweep(Some(&spec.staged.session_id), &lp.supervisor.live_groups())
-    {
-        trace.record(
-            task,
-            "survivor_killed",
-            fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    loop {
+        let deadline_rx = match &lp.deadline {
+            Some(d) => after(d.instant.saturating_duration_since(Instant::now())),
+            None => never(),
+        };
+        let inc = select! {
+            recv(inbox) -> m => match m { Ok(i) => i, Err(_) => break },
+            recv(lp.session_shutdown) -> _ => break,
+            recv(deadline_rx) -> _ => break,
+        };
+        if !board.start(&inc.id) {
+            continue;
+        }
+        let outcome = lp.run_one(inc, &out_dir);
+        outcomes.push(outcome);
+        if after_task == AfterTask::Exit || lp.deadline.as_ref().is_some_and(|d| d.passed()) {
+            break;
+        }
+    }
+    board.close();
+    // A task queued or handed over just before the close never runs.
+    while let Ok(inc) = inbox.try_recv() {
+        board.finish(
+            &inc.id,
+            Final {
+                state: State::Canceled,
+                message: Some("the member's session closed before the task started".into()),
+                answer: None,
+                no_answer: false,
+                no_answer_below: Vec::new(),
+            },
         );
     }
-    let (status, answer, error) = match stop {
-        Stop::Answer(a) => (ExitStatus::Completed, Some(a), None),
-        Stop::Failed(e) => (ExitStatus::Failed, None, Some(e)),
-        Stop::Limit(s, e) => (s, None, Some(e)),
-        Stop::Interrupted => (
-            ExitStatus::Canceled,
-            None,
-            Some("interrupted by a signal".to_string()),
-        ),
-    };
-    let result_text = match (&answer, &error) {
-        (Some(a), _) => a.clone(),
-        (None, Some(e)) => format!("{status}: {e}"),
-        (None, None) => status.to_string(),
-    };
-    let result_path = out_dir.join("result.txt");
-    if let Err(e) = std::fs::write(&result_path, &result_text) {
-        log::error!("cannot write {}: {e}", result_path.display());
-    }
-    if status == ExitStatus::Failed {
-        trace.record(task, "task_failed", fields! {"error" => error});
-    }
-    trace.record(
-        task,
-        "task_end",
-        fields! {
-            "exit_status" => status.as_str(),
-            "turns" => lp.counters.turns_used,
-            "runningCommands" => running,
-            "stopped_commands" => stopped,
-            "phase" => lp.phase,
-            "error" => error,
-        },
-    );
+    let status = outcomes
+        .iter()
+        .rev()
+        .find(|o| o.status != ExitStatus::NoAnswer)
+        .map(|o| o.status)
+        .unwrap_or(
+            if outcomes.is_empty()
+                && lp
+                    .session_shutdown
+                    .try_recv()
+                    .is_err_and(|e| e.is_disconnected())
+                && after_task == AfterTask::Exit
+            {
+                ExitStatus::Canceled
+            } else {
+                ExitStatus::Completed
+            },
+        );
     trace.record(
         None,
         "session_end",
         fields! {
             "exit_status" => status.as_str(),
+            "tasks" => outcomes.len(),
             "elapsed_secs" => session_start.elapsed().as_secs(),
         },
     );
     trace.close();
     lp.progress.finish();
-    Ok(Outcome {
+    Ok(SessionEnd {
         status,
-        answer,
-        error,
-        records_dir: spec.records_dir.clone(),
+        tasks: outcomes,
     })
 }
 
 impl Loop<'_> {
-    fn run_task(&mut self) -> Stop {
+    /// Runs one task to its end and writes its records; tells the board how it ended.
+    fn run_one(&mut self, inc: Incoming, out_dir: &std::path::Path) -> Outcome {
+        self.task_id = inc.id.clone();
+        self.origin = inc.origin.clone();
+        self.calls = Calls::new();
+        self.phase = None;
+        // The task's stop: the session's shutdown or this task's cancel, whichever first.
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let (done_tx, done_rx) = bounded::<()>(0);
+        let session_shutdown = self.session_shutdown.clone();
+        let cancel = inc.cancel;
+        let relay = std::thread::Builder::new()
+            .name("task-stop".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                select! {
+                    recv(session_shutdown) -> _ => {},
+                    recv(cancel) -> _ => {},
+                    recv(done_rx) -> _ => {},
+                }
+                drop(stop_tx);
+            });
+        self.shutdown = if relay.is_ok() {
+            stop_rx
+        } else {
+            self.session_shutdown.clone()
+        };
+        let stop = self.run_task(&inc.text);
+        self.account_leftovers();
+        drop(done_tx);
+        // Every path out stops what still runs.
+        let running: Vec<Value> = self
+            .supervisor
+            .running()
+            .iter()
+            .map(|c| json!({"work_id": c.work_id, "argv": c.argv, "pgid": c.pgid}))
+            .collect();
+        let stopped = self.supervisor.stop_all();
+        // Descendants that left their command's group (setsid, double fork) came back to
+        // mur as a child subreaper: the task's end kills them, and says so.
+        for s in crate::exec::procs::sweep(
+            Some(&self.spec.staged.session_id),
+            &self.supervisor.live_groups(),
+        ) {
+            self.trace.record(
+                Some(&self.task_id),
+                "survivor_killed",
+                fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+            );
+        }
+        let (status, answer, error) = match stop {
+            Stop::Answer(a) => (ExitStatus::Completed, Some(a), None),
+            Stop::NoAnswer(r) => (ExitStatus::NoAnswer, None, Some(r)),
+            Stop::Failed(e) => (ExitStatus::Failed, None, Some(e)),
+            Stop::Limit(s, e) => (s, None, Some(e)),
+            Stop::Interrupted => (
+                ExitStatus::Canceled,
+                None,
+                Some(
+                    if self
+                        .session_shutdown
+                        .try_recv()
+                        .is_err_and(|e| e.is_disconnected())
+                    {
+                        "interrupted by a signal".to_string()
+                    } else {
+                        "the task was canceled".to_string()
+                    },
+                ),
+            ),
+        };
+        let result_text = match (status, &answer, &error) {
+            (ExitStatus::NoAnswer, _, Some(r)) => end_without_answer::result_text(r),
+            (_, Some(a), _) => a.clone(),
+            (_, None, Some(e)) => format!("{status}: {e}"),
+            (_, None, None) => status.to_string(),
+        };
+        let result_path = out_dir.join("result.txt");
+        if let Err(e) = std::fs::write(&result_path, &result_text) {
+            log::error!("cannot write {}: {e}", result_path.display());
+        }
+        let task = Some(self.task_id.as_str());
+        if status == ExitStatus::Failed {
+            self.trace
+                .record(task, "task_failed", fields! {"error" => error});
+        }
+        self.trace.record(
+            task,
+            "task_end",
+            fields! {
+                "exit_status" => status.as_str(),
+                "turns" => self.counters.turns_used,
+                "runningCommands" => running,
+                "stopped_commands" => stopped,
+                "phase" => self.phase,
+                "error" => if status == ExitStatus::NoAnswer { None } else { error.clone() },
+                "reason" => if status == ExitStatus::NoAnswer { error.clone() } else { None },
+            },
+        );
+        // A completed task names the members below it that gave none too: its caller
+        // then reads it as an answer with a gap.
+        let below = if matches!(status, ExitStatus::NoAnswer | ExitStatus::Completed) {
+            self.calls.ledger.no_answer_below()
+        } else {
+            Vec::new()
+        };
+        self.board.finish(
+            &self.task_id,
+            Final {
+                state: match status {
+                    ExitStatus::Completed => State::Completed,
+                    ExitStatus::Canceled => State::Canceled,
+                    _ => State::Failed,
+                },
+                message: error.clone(),
+                answer: answer.clone(),
+                no_answer: status == ExitStatus::NoAnswer,
+                no_answer_below: below,
+            },
+        );
+        self.task_start = None;
+        Outcome {
+            task_id: self.task_id.clone(),
+            status,
+            answer,
+            error,
+            records_dir: self.spec.records_dir.clone(),
+        }
+    }
+
+    fn driver(&mut self, choice: &DriverChoice) -> Result<SharedDriver, String> {
         let spec = self.spec;
-        let inf = spec
-            .manifest
-            .inference
-            .as_ref()
-            .expect("staging refuses capsules without inference");
+        self.driver
+            .get_or_insert_with(|| {
+                make_driver(choice, &spec.staged.capsule_dir)
+                    .map(|d| Arc::new(Mutex::new(d)))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    fn run_task(&mut self, text: &str) -> Stop {
+        let spec = self.spec;
+        let Some(inf) = spec.manifest.inference.as_ref() else {
+            return Stop::Failed("this capsule has no inference: block".into());
+        };
         let Some(choice) = inf.choice(&spec.choice) else {
             return Stop::Failed(format!(
                 "driver choice `{}` is not declared in inference.choices",
@@ -294,14 +565,22 @@ impl Loop<'_> {
         self.trace.record(
             Some(&self.task_id),
             "task_start",
-            fields! {"text" => spec.task, "origin" => "command_line"},
+            fields! {"text" => text, "origin" => self.origin.as_str(), "caller" => self.origin.caller()},
         );
-        let driver = match make_driver(choice, &spec.staged.capsule_dir) {
-            Ok(d) => Arc::new(Mutex::new(d)),
-            Err(e) => return Stop::Failed(e.to_string()),
+        // Debug builds only: a test's way to crash a session (tests/formation.rs).
+        if cfg!(debug_assertions) {
+            if let Some(marker) = std::env::var_os("MUR_DEBUG_PANIC_ON_TASK") {
+                if text.contains(marker.to_string_lossy().as_ref()) {
+                    panic!("MUR_DEBUG_PANIC_ON_TASK matched the task text");
+                }
+            }
+        }
+        let driver = match self.driver(choice) {
+            Ok(d) => d,
+            Err(e) => return Stop::Failed(e),
         };
         let tools: Vec<ToolSpec> = spec.staged.inventory.iter().map(|t| t.spec()).collect();
-        let mut messages = vec![Message::User(spec.task.clone())];
+        let mut messages = vec![Message::User(text.to_string())];
         loop {
             // The dispatcher's feed of background exits: nothing consumes it until
             // sessions take completion tasks, so it is drained to stay small.
@@ -342,10 +621,21 @@ impl Loop<'_> {
                 tool_calls: calls.clone(),
             });
             if calls.is_empty() {
-                return match resp.text {
-                    Some(t) if !t.trim().is_empty() => Stop::Answer(t),
-                    _ => Stop::Failed("the model ended its turn with no text and no tool call, so there is no answer".into()),
-                };
+                self.calls.drain();
+                let turn_left = inf
+                    .max_turns
+                    .is_none_or(|cap| self.counters.turns_used < u64::from(cap));
+                if self.calls.slots.is_empty() || !turn_left {
+                    return match resp.text {
+                        Some(t) if !t.trim().is_empty() => Stop::Answer(t),
+                        _ => Stop::Failed("the model ended its turn with no text and no tool call, so there is no answer".into()),
+                    };
+                }
+                match self.continuation() {
+                    Ok(text) => messages.push(Message::User(text)),
+                    Err(s) => return s,
+                }
+                continue;
             }
             for call in &calls {
                 if let Some(s) = self.check_stop() {
@@ -358,6 +648,118 @@ impl Loop<'_> {
                     content,
                 });
             }
+            if let Some(reason) = self.calls.ending.clone() {
+                return Stop::NoAnswer(reason);
+            }
+        }
+    }
+
+    fn status(&self, message: &str) {
+        self.board.status(&self.task_id, message);
+        self.progress.set(self.counters.turns_used, message);
+        log::info!("task {}: {message}", self.task_id);
+    }
+
+    /// Waits until every call of the task has ended, then builds the one message the
+    /// task continues with and records the delivery (spec, "How the answer arrives").
+    fn continuation(&mut self) -> Result<String, Stop> {
+        let mut out = self.calls.outstanding();
+        if out > 0 {
+            self.status(&format!(
+                "waiting on call-member: {out} call(s) outstanding"
+            ));
+        }
+        while out > 0 {
+            let deadline_rx = match &self.deadline {
+                Some(d) => after(d.instant.saturating_duration_since(Instant::now())),
+                None => never(),
+            };
+            select! {
+                recv(self.calls.events_rx) -> e => {
+                    if let Ok(e) = e {
+                        self.calls.arrive(e);
+                    }
+                    out = self.calls.outstanding();
+                    if out > 0 {
+                        self.status(&format!("waiting on call-member: {out} call(s) outstanding"));
+                    }
+                }
+                recv(self.shutdown) -> _ => return Err(Stop::Interrupted),
+                recv(deadline_rx) -> _ => return Err(self.check_stop().unwrap_or(Stop::Interrupted)),
+            }
+        }
+        let answers: Vec<EndedCall> = self
+            .calls
+            .slots
+            .drain(..)
+            .filter_map(|s| s.arrived)
+            .collect();
+        let text = continuation::build(&answers, &[], &self.calls.ledger, self.origin.caller());
+        for a in &answers {
+            self.record_member_call(a, true);
+        }
+        self.trace.record(
+            Some(&self.task_id),
+            "task_continued",
+            fields! {
+                "answers" => answers.len(),
+                "calls" => answers.iter().map(|a| json!({"call_id": a.call_id, "member": a.member, "status": a.status.as_str()})).collect::<Vec<_>>(),
+                "text" => text,
+            },
+        );
+        self.status(&format!(
+            "continuing with {} member answer(s)",
+            answers.len()
+        ));
+        Ok(text)
+    }
+
+    fn record_member_call(&self, e: &EndedCall, delivered: bool) {
+        self.trace.record(
+            Some(&self.task_id),
+            "member_call",
+            fields! {
+                "call_id" => e.call_id,
+                "member" => e.member,
+                "status" => e.status.as_str(),
+                "delivered" => delivered,
+                "member_task" => e.member_task,
+                "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
+                "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
+            },
+        );
+    }
+
+    /// Accounts for the calls the task leaves behind when it ends other than by a
+    /// continuation: each outstanding call is abandoned and recorded so, each answer
+    /// that arrived is recorded `delivered: false`.
+    fn account_leftovers(&mut self) {
+        self.calls.abandon_tx.take();
+        let until = Instant::now() + call::IN_FLIGHT_GRACE + Duration::from_secs(2);
+        while self.calls.outstanding() > 0 {
+            match self
+                .calls
+                .events_rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(e) => self.calls.arrive(e),
+                Err(_) => break,
+            }
+        }
+        let slots: Vec<Slot> = self.calls.slots.drain(..).collect();
+        for s in slots {
+            let e = s.arrived.unwrap_or_else(|| EndedCall {
+                call_id: s.call_id.clone(),
+                member: s.member.clone(),
+                status: CallStatus::Abandoned,
+                output: format!(
+                    "the calling task ended; the call to {} was not accounted for in time",
+                    s.member
+                ),
+                below: Vec::new(),
+                member_task: None,
+            });
+            self.record_member_call(&e, false);
         }
     }
 
@@ -583,6 +985,8 @@ impl Loop<'_> {
                     Err(message) => ToolResult::refused(message),
                 }
             }
+            ToolKind::CallMember => self.call_member(&input),
+            ToolKind::EndWithoutAnswer => self.end_without_answer(&input),
             ToolKind::SessionStatus => {
                 match &input {
                     Value::Object(m) => {
@@ -617,6 +1021,212 @@ impl Loop<'_> {
                 tools::session_status::result(&st)
             }
         }
+    }
+    /// call-member: the refusals, the egress check, the first offer, and a poller for
+    /// a call left outstanding (spec, "call-member").
+    fn call_member(&mut self, input: &Value) -> ToolResult {
+        let Some(role) = self.spec.member.as_ref().filter(|r| !r.callees.is_empty()) else {
+            return ToolResult::refused(staging::absent_tool_message(
+                call_member::NAME,
+                &self.spec.staged.inventory,
+            ));
+        };
+        let callees: Vec<String> = role.callees.iter().map(|(n, _)| n.clone()).collect();
+        let member = match input.get("member") {
+            Some(Value::String(m)) => m.clone(),
+            Some(v) => {
+                return ToolResult::refused(format!(
+                    "'call-member' needs `member` as a string naming one of: {}; found {}",
+                    callees.join(", "),
+                    tools::json_type(v)
+                ))
+            }
+            None => {
+                return ToolResult::refused(format!(
+                    "'call-member' needs `member`, one of: {}",
+                    callees.join(", ")
+                ))
+            }
+        };
+        let Some((_, link)) = role.callees.iter().find(|(n, _)| *n == member) else {
+            return ToolResult::refused(call_member::not_callable(&member, &callees));
+        };
+        if self.task_start.is_none() {
+            return ToolResult::refused(call_member::NO_TASK);
+        }
+        if self.calls.ending.is_some() {
+            return ToolResult::refused(call_member::ENDING);
+        }
+        self.calls.drain();
+        if let Some(s) = self.calls.slots.iter().find(|s| s.member == member) {
+            return ToolResult::refused(match s.arrived {
+                None => call_member::not_yet_answered(&member, &s.call_id),
+                Some(_) => call_member::answered_waiting(&member, &s.call_id),
+            });
+        }
+        let task = match input.get("task") {
+            Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
+            Some(Value::String(_)) => {
+                return ToolResult::refused(
+                    "'call-member' needs a task: `task` is blank; write the whole of what the member is told",
+                )
+            }
+            Some(v) => {
+                return ToolResult::refused(format!(
+                    "'call-member' needs `task` as a string, found {}",
+                    tools::json_type(v)
+                ))
+            }
+            None => {
+                return ToolResult::refused(
+                    "'call-member' needs `task`: the whole of what the member is told",
+                )
+            }
+        };
+        if let Some(k) = input
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "member" && *k != "task"))
+        {
+            return ToolResult::refused(format!(
+                "'call-member' takes `member` and `task` only; unknown key `{k}`"
+            ));
+        }
+        let call_id = crate::ids::call_id();
+        let caller = self.origin.caller().map(str::to_string);
+        let deadline_secs = role.call_deadline.as_secs();
+        // Egress: the door is checked against this capsule's own network allowlist.
+        let host = link.host();
+        let allow = &self.spec.manifest.capabilities.network_allow;
+        let allowed = if is_loopback(&host) {
+            allow.iter().any(|h| h == "localhost")
+        } else {
+            allow.contains(&host)
+        };
+        let ended = if !allowed {
+            let need = if is_loopback(&host) {
+                "localhost"
+            } else {
+                host.as_str()
+            };
+            Some(EndedCall {
+                call_id: call_id.clone(),
+                member: member.clone(),
+                status: CallStatus::Failed,
+                output: format!("W-RUN-008: capabilities.network.allow does not list {need}, so {member}'s door cannot be reached from this capsule; nothing was sent"),
+                below: Vec::new(),
+                member_task: None,
+            })
+        } else {
+            let ctx = CallCtx {
+                call_id: call_id.clone(),
+                member: member.clone(),
+                text: task,
+                link: link.clone(),
+                meta: SendMeta {
+                    caller: role.name.clone(),
+                    trust: match &self.origin {
+                        Origin::Member { trust, .. } => trust.clone(),
+                        Origin::CommandLine => "operator".into(),
+                        Origin::Client => "peer".into(),
+                    },
+                },
+                deadline: Instant::now() + role.call_deadline,
+                deadline_secs,
+                trace: self.trace.clone(),
+                task_id: self.task_id.clone(),
+                roster: role.roster.clone(),
+            };
+            let (first, result) = match ctx.first_offer() {
+                First::Ended(e) => (None, Err(e)),
+                First::Started(task_id) => (
+                    Some(Mode::Held {
+                        task_id: task_id.clone(),
+                    }),
+                    Ok(call_member::started(&call_id, &member, &task_id)),
+                ),
+                First::Busy => (
+                    Some(Mode::Busy { offers: 1 }),
+                    Ok(call_member::busy(&call_id, &member, deadline_secs)),
+                ),
+            };
+            match (first, result) {
+                (Some(mode), Ok(r)) => {
+                    let spawned = call::spawn(
+                        ctx,
+                        mode,
+                        self.calls.events_tx.clone(),
+                        self.calls.abandon_rx.clone(),
+                    );
+                    match spawned {
+                        Ok(()) => {
+                            self.calls.slots.push(Slot {
+                                call_id: call_id.clone(),
+                                member: member.clone(),
+                                arrived: None,
+                            });
+                            let mut r = r;
+                            r.record.insert("member_call_id".into(), json!(call_id));
+                            return r;
+                        }
+                        Err(e) => Some(EndedCall {
+                            call_id: call_id.clone(),
+                            member: member.clone(),
+                            status: CallStatus::Failed,
+                            output: format!("cannot start the call's poller thread: {e}"),
+                            below: Vec::new(),
+                            member_task: None,
+                        }),
+                    }
+                }
+                (_, Err(e)) => Some(e),
+                (None, Ok(_)) => None,
+            }
+        };
+        let Some(e) = ended else {
+            return ToolResult::refused("'call-member' could not make the call");
+        };
+        // Ended in its own tool call: accounted for now.
+        self.calls.ledger.ended(&e);
+        self.record_member_call(&e, true);
+        let status = if e.status == CallStatus::Rejected {
+            "rejected"
+        } else {
+            "failed"
+        };
+        let mut r = call_member::ended(&call_id, &member, status, &e.output, caller.as_deref());
+        r.record.insert("member_call_id".into(), json!(call_id));
+        r
+    }
+
+    /// end-without-answer: the refusals in the spec's order, then acceptance.
+    fn end_without_answer(&mut self, input: &Value) -> ToolResult {
+        if self
+            .spec
+            .member
+            .as_ref()
+            .is_none_or(|r| r.callees.is_empty())
+        {
+            return ToolResult::refused(end_without_answer::NOT_A_CALLER);
+        }
+        if self.task_start.is_none() {
+            return ToolResult::refused(end_without_answer::NO_TASK);
+        }
+        let Some(caller) = self.origin.caller().map(str::to_string) else {
+            return ToolResult::refused(end_without_answer::NOT_FROM_MEMBER);
+        };
+        self.calls.drain();
+        if let Some(s) = self.calls.slots.first() {
+            return ToolResult::refused(end_without_answer::call_still_out(&s.call_id, &s.member));
+        }
+        let reason = match input.get("reason") {
+            Some(Value::String(r)) if !r.trim().is_empty() => r.trim().to_string(),
+            _ => return ToolResult::refused(end_without_answer::NO_REASON),
+        };
+        if self.calls.ending.is_some() {
+            return ToolResult::refused(end_without_answer::ALREADY);
+        }
+        self.calls.ending = Some(reason);
+        end_without_answer::accepted(&caller)
     }
 }
 

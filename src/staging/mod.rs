@@ -110,6 +110,60 @@ pub fn resolve_capsule(arg: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
     }
 }
 
+/// A capsule read and validated, not yet staged.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The capsule directory, absolute.
+    pub dir: PathBuf,
+    /// The text of its `murmur.yaml`.
+    pub text: String,
+    /// The validated manifest.
+    pub manifest: Manifest,
+}
+
+/// Reads and validates a capsule's manifest (the directory or the `murmur.yaml`) and
+/// runs staging's checks for a member that may call `callees`, without writing.
+///
+/// Errors: a message ready to print: every manifest diagnostic, one per line, after
+/// `N error(s) in FILE`; or the staging refusal.
+pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String> {
+    let (dir, manifest_path) = resolve_capsule(capsule).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    let manifest = crate::manifest::parse_str(&text, &manifest_path.display().to_string())
+        .map_err(|e| {
+            let lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
+            format!(
+                "{} error(s) in {}\n{}",
+                lines.len(),
+                manifest_path.display(),
+                lines.join("\n")
+            )
+        })?;
+    inventory_for(&manifest, callees).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    Ok(Loaded {
+        dir,
+        text,
+        manifest,
+    })
+}
+
+/// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
+/// (relative to the capsule), else [`crate::session::DEFAULT_SYSTEM_PROMPT`].
+///
+/// Errors: the prompt file cannot be read.
+pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
+    match (&m.prompt.system, &m.prompt.system_file) {
+        (Some(s), _) => Ok(s.clone()),
+        (None, Some(f)) => {
+            let p = dir.join(f);
+            std::fs::read_to_string(&p)
+                .map_err(|e| format!("prompt.system_file {}: {e}", p.display()))
+        }
+        (None, None) => Ok(crate::session::DEFAULT_SYSTEM_PROMPT.to_string()),
+    }
+}
+
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
 pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) -> PathBuf {
@@ -117,11 +171,20 @@ pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) ->
     home.join("records").join(rel).join(session_id)
 }
 
-/// Checks the manifest and builds the inventory, without writing anything.
+/// Checks the manifest and builds the inventory of a session in no formation, without
+/// writing anything. See [`inventory_for`].
+pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
+    inventory_for(m, &[])
+}
+
+/// Checks the manifest and builds the inventory, without writing anything. `callees`
+/// are the members roster.yaml lets this capsule call, in roster order: when there is
+/// one, the inventory holds call-member (its `member` an enum of them) and
+/// end-without-answer; otherwise neither exists.
 ///
 /// Order: E-CAP-013 on every declared artifact first (before anything is pulled), then
 /// what this build cannot run.
-pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
+pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>, StageError> {
     for (field, list) in [("tools", &m.tools), ("skills", &m.skills)] {
         for a in list {
             if RESERVED.contains(&a.name.as_str()) {
@@ -181,6 +244,10 @@ pub fn inventory(m: &Manifest) -> Result<Vec<ToolEntry>, StageError> {
         .iter()
         .map(|b| tools::shell::entry(b))
         .collect();
+    if !callees.is_empty() {
+        inv.push(tools::call_member::entry(callees));
+        inv.push(tools::end_without_answer::entry());
+    }
     inv.push(tools::session_status::entry());
     // Spec, "The twelve": an inference: block (checked above), a non-empty
     // capabilities.shell.allow and lifecycle.shell_grace_secs.
@@ -210,7 +277,19 @@ pub fn stage(
     manifest_text: &str,
     m: &Manifest,
 ) -> Result<Staged, StageError> {
-    let inventory = inventory(m)?;
+    stage_member(home, capsule_dir, manifest_text, m, &[])
+}
+
+/// Stages a formation member that may call `callees` (roster order); see [`stage`]
+/// and [`inventory_for`].
+pub fn stage_member(
+    home: &Path,
+    capsule_dir: &Path,
+    manifest_text: &str,
+    m: &Manifest,
+    callees: &[String],
+) -> Result<Staged, StageError> {
+    let inventory = inventory_for(m, callees)?;
     let session_id = crate::ids::session_id();
     let runtime_dir = home.join("run").join(&session_id);
     let io = |path: &Path| {

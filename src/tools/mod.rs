@@ -2,6 +2,8 @@
 //! per tool (spec: "Runtime-provided tools").
 
 pub mod background;
+pub mod call_member;
+pub mod end_without_answer;
 pub mod result;
 pub mod session_status;
 pub mod shell;
@@ -54,6 +56,10 @@ pub enum ToolKind {
     SessionStatus,
     /// background-command.
     BackgroundCommand,
+    /// call-member (a formation member with a callee).
+    CallMember,
+    /// end-without-answer (exactly where call-member is).
+    EndWithoutAnswer,
 }
 
 /// One entry of the tool inventory: what the model is offered and what staging writes

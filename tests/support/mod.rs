@@ -160,3 +160,120 @@ pub fn read_trace(dir: &Path) -> Vec<Value> {
         })
         .collect()
 }
+
+/// A formation under construction: `roster.yaml` and one capsule directory per local
+/// member in a temporary directory.
+pub struct Formation {
+    pub root: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub records: PathBuf,
+}
+
+/// What a formation run left behind; `member(name)` views one member's records.
+pub struct FormationRun {
+    pub output: Output,
+    pub records: PathBuf,
+}
+
+impl Formation {
+    pub fn new() -> Formation {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("formation");
+        std::fs::create_dir_all(&dir).unwrap();
+        let home = root.path().join("home");
+        let records = root.path().join("records");
+        Formation {
+            root,
+            dir,
+            home,
+            records,
+        }
+    }
+
+    /// Writes `roster.yaml`.
+    pub fn roster(self, yaml: &str) -> Formation {
+        std::fs::write(self.dir.join("roster.yaml"), yaml).unwrap();
+        self
+    }
+
+    /// A script-driver member capsule `name` with extra manifest text (top level),
+    /// playing `script`. Its workdir is `work/`.
+    pub fn member(self, name: &str, extra: &str, script: &str) -> Formation {
+        let d = self.dir.join(name);
+        std::fs::create_dir_all(d.join("work")).unwrap();
+        std::fs::write(
+            d.join("murmur.yaml"),
+            format!("name: {name}\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {{driver: script, script: replies.yaml}}\n{extra}"),
+        )
+        .unwrap();
+        std::fs::write(d.join("replies.yaml"), script).unwrap();
+        self
+    }
+
+    pub fn mur(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
+        c.env("MURMUR_HOME", &self.home)
+            .env_remove("RUST_LOG")
+            .env_remove("MURMUR_DELEGATION_TIMEOUT_SECS")
+            .env_remove("MUR_DEBUG_PANIC_ON_TASK");
+        c
+    }
+
+    /// `mur run --roster roster.yaml --records-dir RECORDS --task TASK` with `env`.
+    pub fn run_with(&self, task: &str, env: &[(&str, &str)]) -> FormationRun {
+        let mut c = self.mur();
+        c.arg("run")
+            .arg("--roster")
+            .arg(self.dir.join("roster.yaml"))
+            .arg("--records-dir")
+            .arg(&self.records)
+            .args(["--task", task]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        FormationRun {
+            output: c.output().expect("run mur"),
+            records: self.records.clone(),
+        }
+    }
+
+    pub fn run(&self, task: &str) -> FormationRun {
+        self.run_with(task, &[])
+    }
+}
+
+impl FormationRun {
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+    /// One member's records, as a [`Run`].
+    pub fn member(&self, name: &str) -> Run {
+        Run {
+            output: self.output.clone(),
+            records: self.records.join(name),
+        }
+    }
+    /// Every member's trace, for a failed assertion.
+    pub fn dump(&self) -> String {
+        let mut s = format!(
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}\n",
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        );
+        if let Ok(rd) = std::fs::read_dir(&self.records) {
+            for e in rd.flatten() {
+                let t = std::fs::read_to_string(e.path().join("trace.jsonl")).unwrap_or_default();
+                s.push_str(&format!("--- {}\n{t}", e.file_name().to_string_lossy()));
+            }
+        }
+        s
+    }
+}

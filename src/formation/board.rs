@@ -1,0 +1,385 @@
+//! A member's task store: what its door answers. Every task a session holds comes
+//! through its board: the command line's task, and each `SendMessage` its door takes.
+//!
+//! An idle session takes a new task; a busy one refuses it with a task created straight
+//! into `TASK_STATE_REJECTED`, status message `task rejected: capsule is busy`
+//! (`task_acceptance: reject`, the default), or queues it first in, first out
+//! (`task_acceptance: queue`). A task ended by end-without-answer reads
+//! `TASK_STATE_FAILED` with the reason as its status message and
+//! `metadata.murmur.noAnswer: true`. `CancelTask` ends a running task at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use super::link::{Snapshot, State};
+use crate::manifest::TaskAcceptance;
+use crate::tools::call_member::BUSY_MESSAGE;
+
+/// Finished tasks kept for `GetTask`; older ones are forgotten first.
+pub const KEEP_FINISHED: usize = 1000;
+
+/// The status message of a task refused because the session is closing.
+pub const CLOSING_MESSAGE: &str = "task rejected: the member's session is closing";
+
+/// Where a task came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// `mur run`'s `--task`.
+    CommandLine,
+    /// Another formation member (its `SendMessage` carried `metadata.murmur.caller`).
+    Member {
+        /// The calling member.
+        caller: String,
+        /// The calling task's trust class.
+        trust: String,
+    },
+    /// Any other A2A client of the door.
+    Client,
+}
+
+impl Origin {
+    /// The formation member that sent the task, if one did.
+    pub fn caller(&self) -> Option<&str> {
+        match self {
+            Origin::Member { caller, .. } => Some(caller),
+            _ => None,
+        }
+    }
+
+    /// `task_start.origin`: `command_line`, `peer` or `client`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Origin::CommandLine => "command_line",
+            Origin::Member { .. } => "peer",
+            Origin::Client => "client",
+        }
+    }
+}
+
+/// A task handed to the session.
+#[derive(Debug)]
+pub struct Incoming {
+    /// `tsk_…`.
+    pub id: String,
+    /// The task text.
+    pub text: String,
+    /// Where it came from.
+    pub origin: Origin,
+    /// Disconnects when the task is cancelled (`CancelTask`).
+    pub cancel: Receiver<()>,
+}
+
+/// How a task ended, as the session reports it to its board.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Final {
+    /// Completed, failed or canceled.
+    pub state: State,
+    /// The status message (for a no-answer task: the reason).
+    pub message: Option<String>,
+    /// The answer of a completed task.
+    pub answer: Option<String>,
+    /// Ended by end-without-answer.
+    pub no_answer: bool,
+    /// Members further down this task had no answer from, `(member, status)`.
+    pub no_answer_below: Vec<(String, String)>,
+}
+
+struct Rec {
+    snap: Snapshot,
+    cancel: Option<Sender<()>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    tasks: HashMap<String, Rec>,
+    finished: VecDeque<String>,
+    running: Option<String>,
+    queued: VecDeque<String>,
+    closed: bool,
+}
+
+/// One member's task store, shared by its session, its door and in-process callers.
+pub struct Board {
+    acceptance: TaskAcceptance,
+    inner: Mutex<Inner>,
+    changed: Condvar,
+    inbox: Sender<Incoming>,
+}
+
+impl Board {
+    /// A board and the receiver its session takes tasks from.
+    pub fn new(acceptance: TaskAcceptance) -> (Board, Receiver<Incoming>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (
+            Board {
+                acceptance,
+                inner: Mutex::new(Inner::default()),
+                changed: Condvar::new(),
+                inbox: tx,
+            },
+            rx,
+        )
+    }
+
+    /// `SendMessage`: takes, queues or refuses a task, and returns it as it stands.
+    pub fn submit(&self, text: &str, origin: Origin) -> Snapshot {
+        let id = crate::ids::task_id();
+        let mut g = self.inner.lock();
+        let busy = g.running.is_some() || !g.queued.is_empty();
+        let refuse = if g.closed {
+            Some(CLOSING_MESSAGE)
+        } else if busy && self.acceptance == TaskAcceptance::Reject {
+            Some(BUSY_MESSAGE)
+        } else {
+            None
+        };
+        let mut snap = Snapshot {
+            id: id.clone(),
+            state: State::Submitted,
+            message: None,
+            answer: None,
+            no_answer: false,
+            no_answer_below: Vec::new(),
+        };
+        if let Some(m) = refuse {
+            snap.state = State::Rejected;
+            snap.message = Some(m.to_string());
+            g.tasks.insert(
+                id.clone(),
+                Rec {
+                    snap: snap.clone(),
+                    cancel: None,
+                },
+            );
+            Self::forget_old(&mut g, id);
+            return snap;
+        }
+        let (cancel_tx, cancel_rx) = bounded(0);
+        if busy {
+            g.queued.push_back(id.clone());
+        } else {
+            g.running = Some(id.clone());
+        }
+        g.tasks.insert(
+            id.clone(),
+            Rec {
+                snap: snap.clone(),
+                cancel: Some(cancel_tx),
+            },
+        );
+        let incoming = Incoming {
+            id: id.clone(),
+            text: text.to_string(),
+            origin,
+            cancel: cancel_rx,
+        };
+        if self.inbox.send(incoming).is_err() {
+            // The session is gone: the task can never run.
+            g.running = None;
+            g.queued.retain(|q| q != &id);
+            if let Some(r) = g.tasks.get_mut(&id) {
+                r.snap.state = State::Rejected;
+                r.snap.message = Some(CLOSING_MESSAGE.into());
+                r.cancel = None;
+                snap = r.snap.clone();
+            }
+            Self::forget_old(&mut g, id);
+        }
+        snap
+    }
+
+    /// The session starts `id`: `TASK_STATE_WORKING`. Returns `false` when the task
+    /// was cancelled while queued (the session skips it).
+    pub fn start(&self, id: &str) -> bool {
+        let mut g = self.inner.lock();
+        g.queued.retain(|q| q != id);
+        let Some(r) = g.tasks.get_mut(id) else {
+            return false;
+        };
+        if r.snap.state.is_terminal() {
+            return false;
+        }
+        r.snap.state = State::Working;
+        g.running = Some(id.to_string());
+        self.changed.notify_all();
+        true
+    }
+
+    /// A `TASK_STATE_WORKING` status message for a running task (e.g. `waiting on
+    /// call-member: 2 call(s) outstanding`).
+    pub fn status(&self, id: &str, message: &str) {
+        let mut g = self.inner.lock();
+        if let Some(r) = g.tasks.get_mut(id) {
+            if !r.snap.state.is_terminal() {
+                r.snap.message = Some(message.to_string());
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// The session ended `id`.
+    pub fn finish(&self, id: &str, f: Final) {
+        let mut g = self.inner.lock();
+        if let Some(r) = g.tasks.get_mut(id) {
+            r.snap.state = f.state;
+            r.snap.message = f.message;
+            r.snap.answer = f.answer;
+            r.snap.no_answer = f.no_answer;
+            r.snap.no_answer_below = f.no_answer_below;
+            r.cancel = None;
+        }
+        if g.running.as_deref() == Some(id) {
+            g.running = None;
+        }
+        Self::forget_old(&mut g, id.to_string());
+        self.changed.notify_all();
+    }
+
+    /// `GetTask`.
+    pub fn get(&self, id: &str) -> Option<Snapshot> {
+        self.inner.lock().tasks.get(id).map(|r| r.snap.clone())
+    }
+
+    /// `CancelTask`: a queued task ends canceled at once; a running one is told to
+    /// stop and this waits up to 5 seconds for it to end.
+    ///
+    /// Errors: the task is unknown or already terminal (the message says which).
+    pub fn cancel(&self, id: &str) -> Result<Snapshot, String> {
+        let mut g = self.inner.lock();
+        let queued = g.queued.iter().any(|q| q == id);
+        let Some(r) = g.tasks.get_mut(id) else {
+            return Err(format!("task {id} not found"));
+        };
+        if r.snap.state.is_terminal() {
+            return Err(format!(
+                "task {id} is {} and cannot be canceled",
+                r.snap.state.wire()
+            ));
+        }
+        r.cancel = None; // disconnects the session's cancel receiver
+        if queued {
+            r.snap.state = State::Canceled;
+            r.snap.message = Some("canceled before it started".into());
+            let snap = r.snap.clone();
+            g.queued.retain(|q| q != id);
+            self.changed.notify_all();
+            return Ok(snap);
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let snap = g.tasks.get(id).map(|r| r.snap.clone());
+            match snap {
+                Some(s) if s.state.is_terminal() => return Ok(s),
+                Some(s) if Instant::now() >= until => return Ok(s),
+                None => return Err(format!("task {id} not found")),
+                _ => {
+                    self.changed.wait_until(&mut g, until);
+                }
+            }
+        }
+    }
+
+    /// Waits until `id` is terminal or `timeout` passes; the task as it then stands.
+    pub fn wait_terminal(&self, id: &str, timeout: Duration) -> Option<Snapshot> {
+        let until = Instant::now() + timeout;
+        let mut g = self.inner.lock();
+        loop {
+            let s = g.tasks.get(id)?.snap.clone();
+            if s.state.is_terminal() || Instant::now() >= until {
+                return Some(s);
+            }
+            self.changed.wait_until(&mut g, until);
+        }
+    }
+
+    /// Refuses every later task (`task rejected: …closing`) and cancels the queued ones.
+    pub fn close(&self) {
+        let mut g = self.inner.lock();
+        g.closed = true;
+        let queued: Vec<String> = g.queued.drain(..).collect();
+        for id in queued {
+            if let Some(r) = g.tasks.get_mut(&id) {
+                r.snap.state = State::Canceled;
+                r.snap.message = Some("the member's session closed".into());
+                r.cancel = None;
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// The session is gone without ending its tasks (it crashed): the running and
+    /// queued tasks end `TASK_STATE_FAILED` with `message`, and later ones are refused.
+    pub fn fail_all(&self, message: &str) {
+        let mut g = self.inner.lock();
+        g.closed = true;
+        let mut ids: Vec<String> = g.queued.drain(..).collect();
+        ids.extend(g.running.take());
+        for id in ids {
+            if let Some(r) = g.tasks.get_mut(&id) {
+                if !r.snap.state.is_terminal() {
+                    r.snap.state = State::Failed;
+                    r.snap.message = Some(message.to_string());
+                }
+                r.cancel = None;
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    fn forget_old(g: &mut Inner, id: String) {
+        g.finished.push_back(id);
+        while g.finished.len() > KEEP_FINISHED {
+            if let Some(old) = g.finished.pop_front() {
+                g.tasks.remove(&old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_member_rejects_then_takes_after_finish() {
+        let (b, rx) = Board::new(TaskAcceptance::Reject);
+        let t1 = b.submit("one", Origin::CommandLine);
+        assert_eq!(t1.state, State::Submitted);
+        let t2 = b.submit("two", Origin::Client);
+        assert_eq!(t2.state, State::Rejected);
+        assert_eq!(
+            t2.message.as_deref(),
+            Some("task rejected: capsule is busy")
+        );
+        let inc = rx.try_recv().unwrap();
+        assert!(b.start(&inc.id));
+        b.finish(
+            &inc.id,
+            Final {
+                state: State::Failed,
+                message: Some("no one knew".into()),
+                answer: None,
+                no_answer: true,
+                no_answer_below: vec![],
+            },
+        );
+        let g = b.get(&t1.id).unwrap();
+        assert!(g.no_answer);
+        assert_eq!(b.submit("three", Origin::Client).state, State::Submitted);
+    }
+
+    #[test]
+    fn queue_mode_queues_and_cancel_of_a_queued_task_is_immediate() {
+        let (b, _rx) = Board::new(TaskAcceptance::Queue);
+        let _t1 = b.submit("one", Origin::CommandLine);
+        let t2 = b.submit("two", Origin::Client);
+        assert_eq!(t2.state, State::Submitted);
+        let c = b.cancel(&t2.id).unwrap();
+        assert_eq!(c.state, State::Canceled);
+        assert!(!b.start(&t2.id));
+        assert!(b.cancel("tsk_nope").is_err());
+    }
+}

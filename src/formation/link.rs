@@ -1,0 +1,157 @@
+//! How a caller reaches a member: [`Link`], one implementation per way of reaching a
+//! door. The poller ([`super::call`]) sees only this trait, so the wire (A2A JSON-RPC
+//! over HTTP, or a direct call into a member of the same process) is swappable.
+
+use std::sync::Arc;
+
+use super::board::{Board, Origin};
+
+/// A member task's state, as its door reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// `TASK_STATE_SUBMITTED` (not terminal).
+    Submitted,
+    /// `TASK_STATE_WORKING`.
+    Working,
+    /// `TASK_STATE_COMPLETED`.
+    Completed,
+    /// `TASK_STATE_FAILED`.
+    Failed,
+    /// `TASK_STATE_CANCELED`.
+    Canceled,
+    /// `TASK_STATE_REJECTED`.
+    Rejected,
+    /// Any other spelling (including `TASK_STATE_INPUT_REQUIRED`, which no member call
+    /// can satisfy): a poll that reads it ends the call failed, it never loops on it.
+    Other(String),
+}
+
+impl State {
+    /// Whether no further change is expected: everything but submitted and working.
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, State::Submitted | State::Working)
+    }
+
+    /// The A2A spelling, `TASK_STATE_…`.
+    pub fn wire(&self) -> &str {
+        match self {
+            State::Submitted => "TASK_STATE_SUBMITTED",
+            State::Working => "TASK_STATE_WORKING",
+            State::Completed => "TASK_STATE_COMPLETED",
+            State::Failed => "TASK_STATE_FAILED",
+            State::Canceled => "TASK_STATE_CANCELED",
+            State::Rejected => "TASK_STATE_REJECTED",
+            State::Other(s) => s,
+        }
+    }
+
+    /// Reads an A2A spelling (the 0.3 lowercase ones too).
+    pub fn from_wire(s: &str) -> State {
+        match s {
+            "TASK_STATE_SUBMITTED" | "submitted" => State::Submitted,
+            "TASK_STATE_WORKING" | "working" => State::Working,
+            "TASK_STATE_COMPLETED" | "completed" => State::Completed,
+            "TASK_STATE_FAILED" | "failed" => State::Failed,
+            "TASK_STATE_CANCELED" | "TASK_STATE_CANCELLED" | "canceled" => State::Canceled,
+            "TASK_STATE_REJECTED" | "rejected" => State::Rejected,
+            other => State::Other(other.to_string()),
+        }
+    }
+}
+
+/// A member task as a door reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The member's task id.
+    pub id: String,
+    /// Its state.
+    pub state: State,
+    /// Its status message's text.
+    pub message: Option<String>,
+    /// For a completed task: the text of its artifacts (the answer).
+    pub answer: Option<String>,
+    /// `metadata.murmur.noAnswer`.
+    pub no_answer: bool,
+    /// `metadata.murmur.noAnswerBelow`, `(member, status)`, as sent.
+    pub no_answer_below: Vec<(String, String)>,
+}
+
+/// Why a door could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinkError {
+    /// No answer at all: connection refused or reset, timeout. Two in a row make a call
+    /// unreachable.
+    #[error("{0}")]
+    Unreachable(String),
+    /// An answer that is an error: HTTP error status, JSON-RPC error, a body that is not
+    /// an A2A task.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What a `SendMessage` carries besides the task text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendMeta {
+    /// The calling member's name (`metadata.murmur.caller`).
+    pub caller: String,
+    /// The calling task's trust class (`metadata.murmur.trust.class`); origin is `peer`.
+    pub trust: String,
+}
+
+/// A way to reach one member's door.
+pub trait Link: Send + Sync {
+    /// `SendMessage` with `returnImmediately: true`: the task as one text part.
+    fn send(&self, text: &str, meta: &SendMeta) -> Result<Snapshot, LinkError>;
+    /// `GetTask`.
+    fn get(&self, task_id: &str) -> Result<Snapshot, LinkError>;
+    /// `CancelTask`.
+    fn cancel(&self, task_id: &str) -> Result<(), LinkError>;
+    /// The host of the door's address, for the egress check against
+    /// `capabilities.network.allow` (`localhost` for a loopback address).
+    fn host(&self) -> String;
+}
+
+/// A member of this process, reached by a direct call into its [`Board`]: the same
+/// answers its door gives, without the HTTP hop.
+pub struct LocalLink {
+    /// The member's task store.
+    pub board: Arc<Board>,
+}
+
+impl Link for LocalLink {
+    fn send(&self, text: &str, meta: &SendMeta) -> Result<Snapshot, LinkError> {
+        Ok(self.board.submit(
+            text,
+            Origin::Member {
+                caller: meta.caller.clone(),
+                trust: meta.trust.clone(),
+            },
+        ))
+    }
+
+    fn get(&self, task_id: &str) -> Result<Snapshot, LinkError> {
+        self.board
+            .get(task_id)
+            .ok_or_else(|| LinkError::Failed(format!("task {task_id} not found")))
+    }
+
+    fn cancel(&self, task_id: &str) -> Result<(), LinkError> {
+        self.board
+            .cancel(task_id)
+            .map(|_| ())
+            .map_err(LinkError::Failed)
+    }
+
+    fn host(&self) -> String {
+        "localhost".into()
+    }
+}
+
+/// Whether a door host counts as `localhost` for `capabilities.network.allow`:
+/// `localhost`, `127.0.0.0/8` and `::1`.
+pub fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h == "localhost"
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

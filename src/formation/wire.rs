@@ -1,0 +1,277 @@
+//! The A2A side of a member: [`MemberHandler`] serves a member's [`Board`] behind its
+//! door, and [`HttpLink`] reaches a door with the A2A client.
+//!
+//! A formation member's `SendMessage` carries `metadata.murmur.caller` (the calling
+//! member's name) and `metadata.murmur.trust` (`{"class": …, "origin": "peer"}`); the
+//! bearer token proves it comes from the formation. A task without a caller came from
+//! an ordinary A2A client, and end-without-answer refuses to end it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::board::{Board, Origin};
+use super::link::{Link, LinkError, SendMeta, Snapshot, State};
+use crate::a2a::types::{
+    AgentCard, AgentSkill, Artifact, Message, MurmurMetadata, NoAnswerBelow, Task, TaskState,
+    TaskStatus,
+};
+use crate::a2a::{A2aClient, ClientError};
+use crate::door::{CancelError, TaskHandler};
+
+/// A member's door handler: the A2A face of its [`Board`].
+pub struct MemberHandler {
+    /// The member's tasks.
+    pub board: Arc<Board>,
+    /// The agent card (the door fills in its URL).
+    pub card: AgentCard,
+}
+
+impl MemberHandler {
+    /// A handler for `board`, with a card naming the member and what its capsule says
+    /// it does.
+    pub fn new(board: Arc<Board>, name: &str, description: &str) -> MemberHandler {
+        let mut card = AgentCard::new(name, description);
+        card.skills.push(AgentSkill {
+            id: "task".into(),
+            name: "task".into(),
+            description: "Takes one task as text and answers it in text.".into(),
+            tags: vec!["mur".into()],
+            examples: Vec::new(),
+        });
+        MemberHandler { board, card }
+    }
+}
+
+fn state_of(s: &State) -> TaskState {
+    TaskState::parse(s.wire())
+}
+
+/// A board snapshot as an A2A task (`metadata.murmur` for a no-answer task).
+pub fn to_task(s: &Snapshot) -> Task {
+    let mut status = TaskStatus::now(state_of(&s.state));
+    status.message = s.message.as_ref().map(|m| Message::agent(m.clone()));
+    let mut t = Task {
+        id: s.id.clone(),
+        context_id: s.id.clone(),
+        status,
+        artifacts: s
+            .answer
+            .as_ref()
+            .map(|a| vec![Artifact::text("answer", a.clone())])
+            .unwrap_or_default(),
+        history: Vec::new(),
+        metadata: None,
+    };
+    t.set_murmur(&MurmurMetadata {
+        no_answer: s.no_answer,
+        no_answer_below: s
+            .no_answer_below
+            .iter()
+            .map(|(m, st)| NoAnswerBelow {
+                member: m.clone(),
+                status: st.clone(),
+            })
+            .collect(),
+    });
+    t
+}
+
+/// An A2A task as a snapshot.
+pub fn from_task(t: &Task) -> Snapshot {
+    let m = t.murmur();
+    Snapshot {
+        id: t.id.clone(),
+        state: State::from_wire(t.status.state.as_str()),
+        message: t.status.message_text(),
+        answer: (t.status.state == TaskState::Completed).then(|| t.answer_text()),
+        no_answer: m.no_answer,
+        no_answer_below: m
+            .no_answer_below
+            .into_iter()
+            .map(|b| (b.member, b.status))
+            .collect(),
+    }
+}
+
+fn origin_of(msg: &Message) -> Origin {
+    let murmur = msg
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("murmur"))
+        .and_then(Value::as_object);
+    let caller = murmur
+        .and_then(|m| m.get("caller"))
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty());
+    match caller {
+        Some(c) => Origin::Member {
+            caller: c.chars().take(100).collect(),
+            trust: murmur
+                .and_then(|m| m.get("trust"))
+                .and_then(|t| t.get("class"))
+                .and_then(Value::as_str)
+                .unwrap_or("peer")
+                .chars()
+                .take(100)
+                .collect(),
+        },
+        None => Origin::Client,
+    }
+}
+
+impl TaskHandler for MemberHandler {
+    fn submit(&self, message: Message) -> Task {
+        let text = message.text_content();
+        if text.trim().is_empty() {
+            let mut status = TaskStatus::now(TaskState::Rejected);
+            status.message = Some(Message::agent(
+                "task rejected: the message has no text part; a member takes its task as text",
+            ));
+            let id = crate::ids::task_id();
+            return Task {
+                id: id.clone(),
+                context_id: id,
+                status,
+                artifacts: Vec::new(),
+                history: Vec::new(),
+                metadata: None,
+            };
+        }
+        let origin = origin_of(&message);
+        to_task(&self.board.submit(&text, origin))
+    }
+
+    fn get(&self, task_id: &str) -> Option<Task> {
+        self.board.get(task_id).map(|s| to_task(&s))
+    }
+
+    fn cancel(&self, task_id: &str) -> Result<Task, CancelError> {
+        match self.board.cancel(task_id) {
+            Ok(s) => Ok(to_task(&s)),
+            Err(_) => match self.board.get(task_id) {
+                Some(s) => Err(CancelError::NotCancelable(Box::new(to_task(&s)))),
+                None => Err(CancelError::NotFound),
+            },
+        }
+    }
+
+    fn wait_terminal(&self, task_id: &str, timeout: Duration) -> Option<Task> {
+        self.board
+            .wait_terminal(task_id, timeout)
+            .map(|s| to_task(&s))
+    }
+
+    fn card(&self) -> AgentCard {
+        self.card.clone()
+    }
+}
+
+/// A member reached over A2A JSON-RPC at its door URL, with its bearer token.
+pub struct HttpLink {
+    client: A2aClient,
+    host: String,
+}
+
+impl HttpLink {
+    /// A link to the door at `url` with bearer `token` (empty: none).
+    pub fn new(url: &str, token: &str) -> HttpLink {
+        let mut config = crate::a2a::ClientConfig::new(url, token);
+        config.request_timeout = Duration::from_secs(10);
+        config.connect_timeout = Duration::from_secs(3);
+        HttpLink {
+            client: A2aClient::with_config(config),
+            host: host_of(url),
+        }
+    }
+}
+
+/// The host of an `http(s)://host[:port]/…` URL, lowercase, without brackets.
+pub fn host_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    host.to_ascii_lowercase()
+}
+
+fn link_error(e: ClientError) -> LinkError {
+    if e.is_unreachable() {
+        LinkError::Unreachable(e.to_string())
+    } else {
+        LinkError::Failed(e.to_string())
+    }
+}
+
+impl Link for HttpLink {
+    fn send(&self, text: &str, meta: &SendMeta) -> Result<Snapshot, LinkError> {
+        let mut murmur = Map::new();
+        murmur.insert("caller".into(), json!(meta.caller));
+        murmur.insert(
+            "trust".into(),
+            json!({"class": meta.trust, "origin": "peer"}),
+        );
+        let metadata = json!({ "murmur": murmur });
+        self.client
+            .send_message(text, Some(metadata), true)
+            .map(|t| from_task(&t))
+            .map_err(link_error)
+    }
+
+    fn get(&self, task_id: &str) -> Result<Snapshot, LinkError> {
+        self.client
+            .get_task_with_history(task_id, Some(0))
+            .map(|t| from_task(&t))
+            .map_err(link_error)
+    }
+
+    fn cancel(&self, task_id: &str) -> Result<(), LinkError> {
+        self.client
+            .cancel_task(task_id)
+            .map(|_| ())
+            .map_err(link_error)
+    }
+
+    fn host(&self) -> String {
+        self.host.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        assert_eq!(host_of("http://127.0.0.1:7431/"), "127.0.0.1");
+        assert_eq!(host_of("https://Example.org/a2a"), "example.org");
+        assert_eq!(host_of("http://[::1]:80/"), "::1");
+        assert_eq!(host_of("http://u:p@h:1"), "h");
+    }
+
+    #[test]
+    fn a_no_answer_snapshot_round_trips_through_the_wire_task() {
+        let s = Snapshot {
+            id: "tsk_1".into(),
+            state: State::Failed,
+            message: Some("critic gave none".into()),
+            answer: None,
+            no_answer: true,
+            no_answer_below: vec![("critic".into(), "no_answer".into())],
+        };
+        let t = to_task(&s);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["status"]["state"], "TASK_STATE_FAILED");
+        assert_eq!(v["metadata"]["murmur"]["noAnswer"], true);
+        assert_eq!(
+            v["metadata"]["murmur"]["noAnswerBelow"],
+            json!([{"member": "critic", "status": "no_answer"}])
+        );
+        assert_eq!(from_task(&t), s);
+    }
+}

@@ -1,0 +1,470 @@
+//! `roster.yaml`: the members of a formation, its entry member and who may call whom.
+//!
+//! ```yaml
+//! formation: review
+//! entry: lead
+//! members:
+//!   lead:   {capsule: ./lead, calls: [worker, critic]}
+//!   worker: {capsule: ./worker}
+//!   critic: {door: "http://127.0.0.1:7431/", token: {env: CRITIC_TOKEN}}
+//! ```
+//!
+//! | key | holds | default |
+//! |---|---|---|
+//! | `formation` | the formation's name, `[a-z0-9][a-z0-9._-]*` | required |
+//! | `entry` | the member that gets `mur run --roster`'s task; a local member | required |
+//! | `members.<name>` | one member; the name is `[a-z0-9][a-z0-9._-]*` | at least one |
+//! | `members.<name>.capsule` | a local member: its capsule directory (or `murmur.yaml`), relative to the roster's directory | — |
+//! | `members.<name>.door` | a remote member: the `http://` or `https://` URL of its A2A door | — |
+//! | `members.<name>.token` | a remote member's bearer token, `{env: VAR}` or `{file: PATH}` | no `Authorization` header |
+//! | `members.<name>.calls` | the members this one may call (its reachability rule), in the order `call-member`'s enum lists them | `[]`: no call-member tool |
+//! | `members.<name>.listen` | a local member's door address, `HOST:PORT` | `127.0.0.1:0` (an ephemeral loopback port) |
+//!
+//! Exactly one of `capsule` and `door`. A remote member's own calls are its own
+//! business, so `calls` and `listen` are local-only, and `token` remote-only. The same
+//! parser as `murmur.yaml` reads it, so every problem is reported at once with
+//! `file:line:column`, its key path and the nearest known key or member name.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::keys;
+use super::parse::{syntax_diagnostics, Diagnostic, ManifestError};
+use super::sections::{credential, is_name};
+use super::suggest;
+use super::types::Credential;
+use super::walk::{describe, Cx, Field};
+use super::yaml::{self, Pos, Value};
+
+/// A validated roster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Roster {
+    /// `formation`.
+    pub formation: String,
+    /// `entry`: a local member's name.
+    pub entry: String,
+    /// `members`, in file order (the roster order).
+    pub members: Vec<RosterMember>,
+}
+
+/// One member of a roster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RosterMember {
+    /// Its name (the key under `members`).
+    pub name: String,
+    /// Where it runs.
+    pub place: Place,
+    /// `calls`: the members it may call, in the order written.
+    pub calls: Vec<String>,
+}
+
+/// Where a member runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Place {
+    /// In this process: a capsule staged by `mur run --roster`.
+    Local {
+        /// The capsule path as written, relative to the roster's directory unless absolute.
+        capsule: PathBuf,
+        /// `listen`: the door's address; `None`: `127.0.0.1:0`.
+        listen: Option<SocketAddr>,
+    },
+    /// Elsewhere: any A2A agent, reached at its door.
+    Remote {
+        /// `door`: the URL.
+        door: String,
+        /// `token`: where its bearer token is read from.
+        token: Option<Credential>,
+    },
+}
+
+impl Roster {
+    /// The member called `name`.
+    pub fn member(&self, name: &str) -> Option<&RosterMember> {
+        self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Every member name, in roster order.
+    pub fn names(&self) -> Vec<&str> {
+        self.members.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    /// The members `caller` may call, in roster order (the order of `call-member`'s
+    /// enum), whatever order its `calls` lists them in.
+    pub fn callees_of(&self, caller: &str) -> Vec<String> {
+        let Some(m) = self.member(caller) else {
+            return Vec::new();
+        };
+        self.members
+            .iter()
+            .filter(|c| m.calls.contains(&c.name))
+            .map(|c| c.name.clone())
+            .collect()
+    }
+}
+
+/// Reads and validates the roster at `path`.
+///
+/// # Errors
+///
+/// A [`ManifestError`] listing every problem, as [`parse_roster`]; a position-less one
+/// when the file cannot be read.
+pub fn load_roster(path: &Path) -> Result<Roster, ManifestError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+        diagnostics: vec![Diagnostic {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            path: String::new(),
+            message: format!("cannot read the roster: {e}"),
+        }],
+    })?;
+    parse_roster(&text, &file)
+}
+
+/// Validates roster text; `file` names it in diagnostics.
+///
+/// # Errors
+///
+/// A [`ManifestError`] holding every problem, in file order: YAML syntax, unknown and
+/// duplicate keys (with the nearest known key), wrong types, a member with both or
+/// neither of `capsule` and `door`, an `entry` or `calls` naming no member (with the
+/// nearest member name), a member calling itself, a remote entry member.
+pub fn parse_roster(text: &str, file: &str) -> Result<Roster, ManifestError> {
+    let mut cx = Cx {
+        file,
+        diags: Vec::new(),
+    };
+    let roster = match yaml::parse(text) {
+        Err(e) => {
+            syntax_diagnostics(&mut cx, text, &e);
+            None
+        }
+        Ok((root, tree_errors)) => {
+            for e in tree_errors {
+                cx.err(e.pos, &e.path, e.message);
+            }
+            match root {
+                None => {
+                    cx.err(
+                        Pos { line: 1, column: 1 },
+                        "",
+                        "empty roster: missing required keys `formation`, `entry` and `members`",
+                    );
+                    None
+                }
+                Some(root) => walk(
+                    &mut cx,
+                    Field {
+                        node: &root,
+                        path: "",
+                    },
+                ),
+            }
+        }
+    };
+    let mut diagnostics = cx.diags;
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    diagnostics.dedup();
+    match roster {
+        Some(r) if diagnostics.is_empty() => Ok(r),
+        _ => Err(ManifestError { diagnostics }),
+    }
+}
+
+fn name_of(cx: &mut Cx, f: Field, what: &str) -> Option<String> {
+    let s = f.str(cx)?;
+    if is_name(&s) {
+        Some(s)
+    } else {
+        cx.err(
+            f.node.pos,
+            f.path,
+            format!("`{s}` is not a valid {what} (use `[a-z0-9][a-z0-9._-]*`)"),
+        );
+        None
+    }
+}
+
+/// A member name that must be one of `names`.
+fn member_ref(cx: &mut Cx, f: Field, names: &[&str]) -> Option<String> {
+    let s = f.str(cx)?;
+    if names.contains(&s.as_str()) {
+        return Some(s);
+    }
+    cx.err(
+        f.node.pos,
+        f.path,
+        format!(
+            "`{s}` is not a member of this roster{}",
+            suggest::hint(&s, names)
+        ),
+    );
+    None
+}
+
+fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
+    if !matches!(top.node.value, Value::Map(_)) {
+        cx.err(
+            top.node.pos,
+            "",
+            format!(
+                "a roster is a mapping of keys, found {}",
+                describe(top.node)
+            ),
+        );
+        return None;
+    }
+    let o = top.obj(cx, keys::ROSTER)?;
+    let formation = o.req(cx, "formation", |cx, f| name_of(cx, f, "formation name"));
+    // Member names first, so `entry` and `calls` can be checked against them.
+    let member_entries = o.opt(cx, "members", |cx, f| f.entries(cx));
+    if !o.has("members") {
+        o.missing(cx, "members", " (the formation's members, by name)");
+    }
+    let names: Vec<&str> = member_entries
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e.key.as_str())
+        .collect();
+    let mut members = Vec::new();
+    if let Some(entries) = member_entries {
+        if entries.is_empty() {
+            cx.err(
+                o.key_pos("members"),
+                "members",
+                "a formation needs at least one member",
+            );
+        }
+        for (i, e) in entries.iter().enumerate() {
+            if entries[..i].iter().any(|f| f.key == e.key) {
+                continue; // reported by entries()
+            }
+            let path = format!("members.{}", e.key);
+            if !is_name(&e.key) {
+                cx.err(
+                    e.key_pos,
+                    "members",
+                    format!(
+                        "`{}` is not a valid member name (use `[a-z0-9][a-z0-9._-]*`)",
+                        e.key
+                    ),
+                );
+            }
+            if let Some(m) = member(
+                cx,
+                &e.key,
+                Field {
+                    node: &e.value,
+                    path: &path,
+                },
+                &names,
+            ) {
+                members.push(m);
+            }
+        }
+    }
+    let entry = o.req(cx, "entry", |cx, f| {
+        let s = member_ref(cx, f, &names)?;
+        if members
+            .iter()
+            .any(|m| m.name == s && matches!(m.place, Place::Remote { .. }))
+        {
+            cx.err(
+                f.node.pos,
+                f.path,
+                format!("`{s}` is a remote member (it has a `door`); the entry member must be a local capsule"),
+            );
+            return None;
+        }
+        Some(s)
+    });
+    o.finish();
+    let formation = formation?;
+    let entry = entry?;
+    if members.len() != names.len() {
+        return None;
+    }
+    Some(Roster {
+        formation,
+        entry,
+        members,
+    })
+}
+
+fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMember> {
+    let m = f.obj(cx, keys::ROSTER_MEMBER)?;
+    let capsule = m.opt(cx, "capsule", |cx, f| {
+        let s = f.str(cx)?;
+        if s.trim().is_empty() {
+            cx.err(f.node.pos, f.path, "must not be empty");
+            return None;
+        }
+        Some(PathBuf::from(s))
+    });
+    let door = m.opt(cx, "door", |cx, f| {
+        let s = f.word(cx, "a door URL")?;
+        if !(s.starts_with("http://") || s.starts_with("https://")) {
+            cx.err(
+                f.node.pos,
+                f.path,
+                format!("`{s}` is not an http:// or https:// URL"),
+            );
+            return None;
+        }
+        Some(s)
+    });
+    let token = m.opt(cx, "token", credential);
+    let listen = m.opt(cx, "listen", |cx, f| {
+        let s = f.str(cx)?;
+        match s.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                cx.err(
+                    f.node.pos,
+                    f.path,
+                    format!("`{s}` is not an address `HOST:PORT` with an IP host, e.g. `127.0.0.1:7431`"),
+                );
+                None
+            }
+        }
+    });
+    let calls = m
+        .opt(cx, "calls", |cx, f| {
+            Some(f.list_of(cx, |cx, item| {
+                let s = member_ref(cx, item, names)?;
+                if s == name {
+                    cx.err(
+                        item.node.pos,
+                        item.path,
+                        format!("`{s}` cannot call itself"),
+                    );
+                    return None;
+                }
+                Some(s)
+            }))
+        })
+        .unwrap_or_default();
+    let place = match (capsule, door, m.has("capsule"), m.has("door")) {
+        (_, _, true, true) => {
+            cx.err(
+                m.key_pos("door"),
+                &m.path,
+                "give either `capsule` (a local member) or `door` (a remote one), not both",
+            );
+            None
+        }
+        (_, _, false, false) => {
+            m.missing(cx, "capsule", " (a local member), or `door` (a remote one)");
+            None
+        }
+        (Some(capsule), None, _, _) => {
+            if m.has("token") {
+                cx.err(
+                    m.key_pos("token"),
+                    &m.path,
+                    "`token` is for a remote member (with `door`); a local member's door uses the formation token",
+                );
+            }
+            Some(Place::Local { capsule, listen })
+        }
+        (None, Some(door), _, _) => {
+            for key in ["calls", "listen"] {
+                if m.has(key) {
+                    cx.err(
+                        m.key_pos(key),
+                        &m.path,
+                        format!("`{key}` is for a local member (with `capsule`); a remote member's own calls and address are its own"),
+                    );
+                }
+            }
+            Some(Place::Remote { door, token })
+        }
+        _ => None,
+    };
+    m.finish();
+    Some(RosterMember {
+        name: name.to_string(),
+        place: place?,
+        calls,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(text: &str) -> Vec<String> {
+        parse_roster(text, "roster.yaml")
+            .unwrap_err()
+            .diagnostics
+            .iter()
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_architecture_example_parses() {
+        let r = parse_roster(
+            "formation: review\nentry: lead\nmembers:\n  lead:   {capsule: ./lead, calls: [critic, worker]}\n  worker: {capsule: ./worker}\n  critic: {door: \"http://127.0.0.1:7431/\", token: {env: CRITIC_TOKEN}}\n",
+            "roster.yaml",
+        )
+        .unwrap();
+        assert_eq!(r.entry, "lead");
+        assert_eq!(r.names(), ["lead", "worker", "critic"]);
+        // roster order, not the order of `calls`
+        assert_eq!(r.callees_of("lead"), ["worker", "critic"]);
+        assert!(r.callees_of("worker").is_empty());
+        assert_eq!(
+            r.member("critic").unwrap().place,
+            Place::Remote {
+                door: "http://127.0.0.1:7431/".into(),
+                token: Some(Credential::Env("CRITIC_TOKEN".into()))
+            }
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_position_path_and_hint() {
+        let e = errors(
+            "formation: review\nentry: leed\nmembers:\n  lead: {capsule: ./lead, calls: [wroker, lead]}\n  worker: {capsule: ./w, door: \"http://x/\"}\n  critic: {capsul: ./c}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "roster.yaml:2:8: entry: `leed` is not a member of this roster (did you mean `lead`?)",
+                "roster.yaml:4:35: members.lead.calls[0]: `wroker` is not a member of this roster (did you mean `worker`?)",
+                "roster.yaml:4:43: members.lead.calls[1]: `lead` cannot call itself",
+                "roster.yaml:5:26: members.worker: give either `capsule` (a local member) or `door` (a remote one), not both",
+                "roster.yaml:6:11: members.critic: missing required key `capsule` (a local member), or `door` (a remote one)",
+                "roster.yaml:6:12: members.critic: unknown key `capsul` (did you mean `capsule`?)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_remote_entry_and_remote_calls_are_refused() {
+        let e = errors(
+            "formation: f\nentry: far\nmembers:\n  far: {door: \"http://h:1/\", calls: [near]}\n  near: {capsule: n}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "roster.yaml:2:8: entry: `far` is a remote member (it has a `door`); the entry member must be a local capsule",
+                "roster.yaml:4:30: members.far: `calls` is for a local member (with `capsule`); a remote member's own calls and address are its own",
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_keys_and_syntax() {
+        assert_eq!(
+            errors("formation: f\n"),
+            [
+                "roster.yaml:1:1: missing required key `members` (the formation's members, by name)",
+                "roster.yaml:1:1: missing required key `entry`",
+            ]
+        );
+        assert!(errors("formation: [\n")[0].starts_with("roster.yaml:"));
+    }
+}

@@ -1,0 +1,966 @@
+//! The door (A2A 1.0 JSON-RPC server) and the A2A client, against each other and against
+//! the official Python SDK (a2a-sdk 1.3).
+//!
+//! Response shapes follow the SDK wire captures kept with the design notes. The SDK
+//! tests need `MUR_TEST_VENV`: a venv with `a2a-sdk[http-server]` and `uvicorn` (see
+//! scripts/test.sh); they fail, not skip, when it is unset.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use mur::a2a::types::{AgentCard, AgentSkill, Message, Task, TaskState};
+use mur::a2a::{A2aClient, ClientError, BUSY_MESSAGE};
+use mur::door::{CancelError, Door, DoorLimits, TaskBook, TaskHandler};
+
+const TOKEN: &str = "s3cret-formation-token";
+
+/// Completes a task after `delay` with the artifact `echo: <text>`. A text starting
+/// with `slow` stays WORKING; the first `busy` offers are rejected busy.
+struct Echo {
+    book: Arc<TaskBook>,
+    delay: Duration,
+    busy: AtomicUsize,
+}
+
+impl Echo {
+    fn new(delay_ms: u64, busy: usize) -> Arc<Echo> {
+        Arc::new(Echo {
+            book: Arc::new(TaskBook::new()),
+            delay: Duration::from_millis(delay_ms),
+            busy: AtomicUsize::new(busy),
+        })
+    }
+}
+
+impl TaskHandler for Echo {
+    fn submit(&self, message: Message) -> Task {
+        if self
+            .busy
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return self.book.reject(message, BUSY_MESSAGE);
+        }
+        let text = message.text_content();
+        let task = self.book.create(message, TaskState::Submitted, None);
+        let (book, id, delay) = (self.book.clone(), task.id.clone(), self.delay);
+        std::thread::spawn(move || {
+            let _ = book.transition(&id, TaskState::Working, Some("working"));
+            if text.starts_with("slow") {
+                return;
+            }
+            std::thread::sleep(delay);
+            let _ = book.complete(&id, &format!("echo: {text}"));
+        });
+        task
+    }
+
+    fn get(&self, task_id: &str) -> Option<Task> {
+        self.book.get(task_id)
+    }
+
+    fn cancel(&self, task_id: &str) -> Result<Task, CancelError> {
+        self.book.cancel(task_id, "canceled by client request")
+    }
+
+    fn wait_terminal(&self, task_id: &str, timeout: Duration) -> Option<Task> {
+        self.book.wait_terminal(task_id, timeout)
+    }
+
+    fn card(&self) -> AgentCard {
+        let mut card = AgentCard::new("echo", "echoes the text it is sent");
+        card.skills.push(AgentSkill {
+            id: "echo".into(),
+            name: "Echo".into(),
+            description: "Replies with the text it was sent.".into(),
+            tags: vec!["echo".into()],
+            examples: vec![],
+        });
+        card
+    }
+}
+
+fn door_with(handler: Arc<Echo>, limits: DoorLimits) -> Door {
+    Door::start(
+        "127.0.0.1:0".parse().unwrap(),
+        TOKEN.to_string(),
+        handler,
+        limits,
+    )
+    .expect("door starts")
+}
+
+fn door() -> Door {
+    door_with(Echo::new(300, 0), DoorLimits::default())
+}
+
+/// One raw HTTP exchange on a fresh connection (`Connection: close`): status,
+/// lowercased headers, body.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
+    }
+}
+
+fn read_response(s: &mut TcpStream) -> Raw {
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no http head in {text:?}"));
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Raw {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn raw(addr: SocketAddr, request: &[u8]) -> Raw {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    read_response(&mut s)
+}
+
+/// POST / with the given token and version headers (`None`: header left out).
+fn post(addr: SocketAddr, token: Option<&str>, version: Option<&str>, body: &str) -> Raw {
+    let mut req = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if let Some(v) = version {
+        req.push_str(&format!("A2A-Version: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    raw(addr, req.as_bytes())
+}
+
+/// A JSON-RPC call with the right token and version: HTTP 200 and the JSON body.
+fn rpc(addr: SocketAddr, body: &Value) -> Value {
+    let r = post(addr, Some(TOKEN), Some("1.0"), &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    r.json()
+}
+
+fn get_task(id: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": "g1", "method": "GetTask", "params": {"id": id}})
+}
+
+fn send(text: &str, immediately: bool) -> Value {
+    json!({"jsonrpc": "2.0", "id": "s1", "method": "SendMessage", "params": {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": text}]},
+        "configuration": {"acceptedOutputModes": ["text/plain"], "returnImmediately": immediately}
+    }})
+}
+
+/// Asserts a JSON-RPC error response with `code`, echoing `id`, and (for A2A codes)
+/// one ErrorInfo with `reason`.
+fn assert_error(v: &Value, id: &Value, code: i64, reason: Option<&str>) {
+    assert_eq!(v["jsonrpc"], "2.0", "{v}");
+    assert_eq!(&v["id"], id, "{v}");
+    assert!(v.get("result").is_none(), "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+    match reason {
+        Some(r) => {
+            let info = &v["error"]["data"][0];
+            assert_eq!(
+                info["@type"], "type.googleapis.com/google.rpc.ErrorInfo",
+                "{v}"
+            );
+            assert_eq!(info["reason"], r, "{v}");
+            assert_eq!(info["domain"], "a2a-protocol.org", "{v}");
+            assert!(info["metadata"].is_object(), "{v}");
+        }
+        None => assert!(v["error"].get("data").is_none(), "{v}"),
+    }
+}
+
+fn poll_until_terminal(client: &A2aClient, id: &str) -> Task {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let t = client.get_task(id).expect("GetTask");
+        if t.is_terminal() || Instant::now() > end {
+            return t;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn card_is_public_with_cache_headers_and_the_door_url() {
+    let d = door();
+    let r = raw(
+        d.local_addr(),
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("cache-control"), Some("public, max-age=300"));
+    let etag = r.header("etag").expect("etag").to_string();
+    assert!(etag.starts_with("W/\""), "{etag}");
+    let card = r.json();
+    assert_eq!(card["name"], "echo");
+    assert_eq!(
+        card["supportedInterfaces"],
+        json!([{"url": d.url(), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}])
+    );
+    assert_eq!(card["capabilities"]["streaming"], false);
+    assert_eq!(card["defaultInputModes"], json!(["text/plain"]));
+    assert_eq!(card["skills"][0]["id"], "echo");
+    let again = raw(
+        d.local_addr(),
+        format!(
+            "GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(again.status, 304);
+    assert_eq!(again.body, "");
+    // The client reads the same card.
+    let c = A2aClient::new(d.url(), "");
+    assert_eq!(
+        c.agent_card().unwrap().jsonrpc_url(),
+        Some(d.url().as_str())
+    );
+}
+
+#[test]
+fn send_with_return_immediately_then_get_task_until_completed() {
+    let d = door();
+    let v = rpc(d.local_addr(), &send("hi", true));
+    assert_eq!(v["id"], "s1");
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED", "{v}");
+    let id = task["id"].as_str().unwrap().to_string();
+    assert_eq!(task["history"][0]["taskId"], id.as_str());
+    assert_eq!(task["history"][0]["role"], "ROLE_USER");
+    assert!(task["contextId"].is_string());
+
+    let c = A2aClient::new(d.url(), TOKEN);
+    let done = poll_until_terminal(&c, &id);
+    assert_eq!(done.status.state, TaskState::Completed);
+    assert_eq!(done.answer_text(), "echo: hi");
+    assert!(done.status.timestamp.is_some());
+
+    // GetTask returns the bare task; historyLength (and its snake alias) trims.
+    let v = rpc(d.local_addr(), &get_task(&id));
+    assert_eq!(v["result"]["id"], id.as_str());
+    assert_eq!(v["result"]["history"].as_array().unwrap().len(), 2);
+    for key in ["historyLength", "history_length"] {
+        let v = rpc(
+            d.local_addr(),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id, key: 1}}),
+        );
+        assert_eq!(v["result"]["history"].as_array().unwrap().len(), 1, "{key}");
+        assert_eq!(v["result"]["history"][0]["parts"][0]["text"], "working");
+    }
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id, "historyLength": 0}}),
+    );
+    assert!(v["result"].get("history").is_none(), "{v}");
+}
+
+#[test]
+fn blocking_send_returns_the_terminal_task() {
+    let d = door();
+    let c = A2aClient::new(d.url(), TOKEN);
+    let start = Instant::now();
+    let t = c.send_message("blocking", None, false).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(250));
+    assert_eq!(t.status.state, TaskState::Completed);
+    assert_eq!(t.answer_text(), "echo: blocking");
+}
+
+#[test]
+fn blocking_send_is_bounded_by_send_wait() {
+    let limits = DoorLimits {
+        send_wait: Duration::from_millis(300),
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(300, 0), limits);
+    let c = A2aClient::new(d.url(), TOKEN);
+    let t = c.send_message("slow forever", None, false).unwrap();
+    assert_eq!(t.status.state, TaskState::Working);
+}
+
+#[test]
+fn cancel_task_then_cancel_again_is_not_cancelable() {
+    let d = door();
+    let c = A2aClient::new(d.url(), TOKEN);
+    let t = c.send_message("slow job", None, true).unwrap();
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "c1", "method": "CancelTask", "params": {"id": t.id}}),
+    );
+    assert_eq!(v["result"]["status"]["state"], "TASK_STATE_CANCELED", "{v}");
+    assert_eq!(
+        v["result"]["status"]["message"]["parts"][0]["text"],
+        "canceled by client request"
+    );
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "e2", "method": "CancelTask", "params": {"id": t.id}}),
+    );
+    assert_error(&v, &json!("e2"), -32002, Some("TASK_NOT_CANCELABLE"));
+    assert_eq!(v["error"]["message"], "Task cannot be canceled");
+    let e = c.cancel_task(&t.id).unwrap_err();
+    assert_eq!(e.rpc_code(), Some(-32002), "{e}");
+}
+
+#[test]
+fn unknown_task_is_task_not_found_as_the_sdk_writes_it() {
+    let d = door();
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "e1", "method": "GetTask", "params": {"id": "no-such-task"}}),
+    );
+    assert_eq!(
+        v,
+        json!({"error": {"code": -32001, "message": "Task not found", "data": [{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TASK_NOT_FOUND",
+            "domain": "a2a-protocol.org", "metadata": {}}]}, "id": "e1", "jsonrpc": "2.0"})
+    );
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": "nope"}}),
+    );
+    assert_error(&v, &json!(3), -32001, Some("TASK_NOT_FOUND"));
+}
+
+#[test]
+fn a_busy_handler_rejects_straight_into_rejected() {
+    let d = door_with(Echo::new(50, 1), DoorLimits::default());
+    let c = A2aClient::new(d.url(), TOKEN);
+    let t = c.send_message("first", None, true).unwrap();
+    assert_eq!(t.status.state, TaskState::Rejected);
+    assert!(t.is_busy_rejection());
+    assert!(t.is_terminal());
+    let again = c.get_task(&t.id).unwrap();
+    assert!(again.is_busy_rejection());
+    let t = c.send_message("second", None, true).unwrap();
+    assert!(!t.is_terminal());
+}
+
+#[test]
+fn missing_or_wrong_token_is_a_bare_401() {
+    let d = door();
+    let addr = d.local_addr();
+    let body = get_task("x").to_string();
+    let cases: Vec<Raw> = vec![
+        post(addr, None, Some("1.0"), &body),
+        post(addr, Some("wrong"), Some("1.0"), &body),
+        post(addr, Some(""), Some("1.0"), &body),
+        post(addr, Some(&format!("{TOKEN}x")), Some("1.0"), &body),
+        // Auth comes before anything else: a malformed body or a missing version
+        // reveals nothing either.
+        post(addr, None, None, "{not json"),
+        raw(
+            addr,
+            format!("POST / HTTP/1.1\r\nAuthorization: Basic {TOKEN}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}")
+                .as_bytes(),
+        ),
+    ];
+    for r in cases {
+        assert_eq!(r.status, 401);
+        assert_eq!(r.body, "");
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+        assert!(r.header("content-type").is_none());
+    }
+    let c = A2aClient::new(d.url(), "wrong");
+    let e = c.get_task("x").unwrap_err();
+    assert_eq!(e.http_status(), Some(401), "{e}");
+}
+
+#[test]
+fn malformed_json_is_a_parse_error_with_null_id() {
+    let d = door();
+    let r = post(
+        d.local_addr(),
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":"e6","method":"GetTask","params":{"id":"#,
+    );
+    assert_eq!(r.status, 200);
+    assert_error(&r.json(), &Value::Null, -32700, None);
+    for body in ["", "\u{0}\u{1}", "[1,", "{\"a\":\"\\ud800\"}x"] {
+        let r = post(d.local_addr(), Some(TOKEN), Some("1.0"), body);
+        assert_error(&r.json(), &Value::Null, -32700, None);
+    }
+}
+
+#[test]
+fn batches_and_invalid_requests_are_invalid_request() {
+    let d = door();
+    let a = d.local_addr();
+    assert_error(&rpc(a, &json!([get_task("x")])), &Value::Null, -32600, None);
+    assert_error(&rpc(a, &json!([])), &Value::Null, -32600, None);
+    assert_error(&rpc(a, &json!("GetTask")), &Value::Null, -32600, None);
+    assert_error(
+        &rpc(
+            a,
+            &json!({"jsonrpc": "1.0", "id": "v", "method": "GetTask", "params": {"id": "x"}}),
+        ),
+        &json!("v"),
+        -32600,
+        None,
+    );
+    assert_error(
+        &rpc(a, &json!({"id": "v", "method": "GetTask"})),
+        &json!("v"),
+        -32600,
+        None,
+    );
+    assert_error(
+        &rpc(a, &json!({"jsonrpc": "2.0", "id": "m", "params": {}})),
+        &json!("m"),
+        -32600,
+        None,
+    );
+    assert_error(
+        &rpc(a, &json!({"jsonrpc": "2.0", "id": "m", "method": 7})),
+        &json!("m"),
+        -32600,
+        None,
+    );
+    for bad_id in [json!(true), json!({"a": 1}), json!([1])] {
+        assert_error(
+            &rpc(
+                a,
+                &json!({"jsonrpc": "2.0", "id": bad_id, "method": "GetTask", "params": {"id": "x"}}),
+            ),
+            &Value::Null,
+            -32600,
+            None,
+        );
+    }
+}
+
+#[test]
+fn unknown_and_v03_methods_are_method_not_found() {
+    let d = door();
+    for m in [
+        "message/send",
+        "tasks/get",
+        "tasks/cancel",
+        "Nope",
+        "sendMessage",
+    ] {
+        let v = rpc(
+            d.local_addr(),
+            &json!({"jsonrpc": "2.0", "id": "e4", "method": m, "params": {}}),
+        );
+        assert_error(&v, &json!("e4"), -32601, None);
+        assert_eq!(v["error"]["message"], "Method not found");
+    }
+    // Known A2A 1.0 methods the door does not serve are unsupported operations.
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {}}),
+    );
+    assert_error(&v, &json!(1), -32004, Some("UNSUPPORTED_OPERATION"));
+}
+
+#[test]
+fn missing_or_old_version_header_is_version_not_supported() {
+    let d = door();
+    let body = json!({"jsonrpc": "2.0", "id": "e3", "method": "GetTask", "params": {"id": "x"}})
+        .to_string();
+    let v = post(d.local_addr(), Some(TOKEN), None, &body).json();
+    assert_error(&v, &json!("e3"), -32009, Some("VERSION_NOT_SUPPORTED"));
+    assert_eq!(
+        v["error"]["message"],
+        "A2A version '0.3' is not supported by this handler. Expected version '1.0'."
+    );
+    let v = post(d.local_addr(), Some(TOKEN), Some("2.0"), &body).json();
+    assert_error(&v, &json!("e3"), -32009, Some("VERSION_NOT_SUPPORTED"));
+    // 1.x passes the version check and reaches the task lookup.
+    let v = post(d.local_addr(), Some(TOKEN), Some("1.0.2"), &body).json();
+    assert_error(&v, &json!("e3"), -32001, Some("TASK_NOT_FOUND"));
+}
+
+#[test]
+fn bad_params_are_invalid_params() {
+    let d = door();
+    let a = d.local_addr();
+    let v = rpc(
+        a,
+        &json!({"jsonrpc": "2.0", "id": "e5", "method": "GetTask", "params": {"id": 5}}),
+    );
+    assert_error(&v, &json!("e5"), -32602, Some("INVALID_PARAMS"));
+    assert_eq!(v["error"]["message"], "Invalid params");
+    assert!(v["error"]["data"][0]["metadata"]["parseError"].is_string());
+
+    let v = rpc(
+        a,
+        &json!({"jsonrpc": "2.0", "id": "e8", "method": "SendMessage", "params": {
+            "message": {"messageId": "m-bad-1", "role": "ROLE_USER", "parts": []}}}),
+    );
+    assert_error(&v, &json!("e8"), -32602, Some("INVALID_PARAMS"));
+    assert_eq!(v["error"]["message"], "Validation failed");
+    assert_eq!(
+        v["error"]["data"][1],
+        json!({"@type": "type.googleapis.com/google.rpc.BadRequest",
+               "fieldViolations": [{"field": "message.parts", "description": "Field must contain at least one element."}]})
+    );
+    for params in [
+        json!([1]),
+        json!({"message": "hello"}),
+        json!({}),
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, "configuration": {"returnImmediately": "yes"}}),
+        json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, "configuration": {"historyLength": -1}}),
+    ] {
+        let v = rpc(
+            a,
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": params}),
+        );
+        assert_error(&v, &json!(9), -32602, Some("INVALID_PARAMS"));
+    }
+    let v = rpc(
+        a,
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "GetTask", "params": {"id": "x", "historyLength": "all"}}),
+    );
+    assert_error(&v, &json!(9), -32602, Some("INVALID_PARAMS"));
+}
+
+#[test]
+fn a_message_to_a_finished_task_is_unsupported_and_modes_must_fit() {
+    let d = door_with(Echo::new(0, 0), DoorLimits::default());
+    let c = A2aClient::new(d.url(), TOKEN);
+    let t = c.send_message("x", None, false).unwrap();
+    assert!(t.is_terminal());
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "e9", "method": "SendMessage", "params": {"message": {
+            "messageId": "m-after-done", "taskId": t.id, "role": "ROLE_USER", "parts": [{"text": "more"}]}}}),
+    );
+    assert_error(&v, &json!("e9"), -32004, Some("UNSUPPORTED_OPERATION"));
+    assert_eq!(
+        v["error"]["message"],
+        format!("Task {} is in terminal state: TASK_STATE_COMPLETED", t.id)
+    );
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "e10", "method": "SendMessage", "params": {"message": {
+            "messageId": "m", "taskId": "no-such", "role": "ROLE_USER", "parts": [{"text": "more"}]}}}),
+    );
+    assert_error(&v, &json!("e10"), -32001, Some("TASK_NOT_FOUND"));
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "e11", "method": "SendMessage", "params": {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+            "configuration": {"acceptedOutputModes": ["image/png"]}}}),
+    );
+    assert_error(
+        &v,
+        &json!("e11"),
+        -32005,
+        Some("CONTENT_TYPE_NOT_SUPPORTED"),
+    );
+}
+
+#[test]
+fn ids_are_echoed_unchanged() {
+    let d = door();
+    for id in [
+        json!("abc"),
+        json!(""),
+        json!(42),
+        json!(-7),
+        json!(12345678901234567890u64),
+        json!(1.5),
+        Value::Null,
+    ] {
+        let v = rpc(
+            d.local_addr(),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "GetTask", "params": {"id": "x"}}),
+        );
+        assert_eq!(v["id"], id);
+        assert_eq!(v["error"]["code"], -32001);
+    }
+    // A request without an id is answered with id null.
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "x"}}),
+    );
+    assert_eq!(v["id"], Value::Null);
+    assert!(v.as_object().unwrap().contains_key("id"));
+}
+
+#[test]
+fn a_body_over_the_limit_is_413_with_a_jsonrpc_error() {
+    let limits = DoorLimits {
+        max_body_bytes: 1024,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{{"id":"{}"}}}}"#,
+        "x".repeat(300_000)
+    );
+    let r = post(d.local_addr(), Some(TOKEN), Some("1.0"), &big);
+    assert_eq!(r.status, 413);
+    assert_error(&r.json(), &Value::Null, -32600, None);
+    assert_eq!(r.json()["error"]["message"], "Payload too large");
+    // Without a token, still 401 first.
+    assert_eq!(post(d.local_addr(), None, Some("1.0"), &big).status, 401);
+    // The door still serves.
+    let v = rpc(d.local_addr(), &get_task("x"));
+    assert_eq!(v["error"]["code"], -32001);
+}
+
+#[test]
+fn a_client_sending_headers_slowly_is_dropped_and_others_are_served() {
+    let limits = DoorLimits {
+        read_timeout: Duration::from_millis(800),
+        workers: 2,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    // Two slow clients, one per worker: one stalls mid-head, one trickles a byte at a
+    // time and never finishes.
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled
+        .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .unwrap();
+    let trickler = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let start = Instant::now();
+        for b in b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if start.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let r = read_response(&mut s);
+        (r.status, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // Both workers are held; a third client waits in the queue, then is served once
+    // the slow ones are dropped, well before they would have finished.
+    let start = Instant::now();
+    let v = rpc(addr, &get_task("x"));
+    assert_eq!(v["error"]["code"], -32001);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let t = Instant::now();
+    let r = read_response(&mut stalled);
+    assert_eq!(r.status, 408);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let (status, took) = trickler.join().unwrap();
+    assert_eq!(status, 408);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn keep_alive_serves_several_requests_on_one_connection() {
+    let d = door();
+    let mut s = TcpStream::connect(d.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let body = get_task("x").to_string();
+    let one = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // Two pipelined, then a third after the answers.
+    s.write_all(format!("{one}{one}").as_bytes()).unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..2 {
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        let mut len = 0;
+        loop {
+            let mut l = String::new();
+            reader.read_line(&mut l).unwrap();
+            if l == "\r\n" {
+                break;
+            }
+            if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut b = vec![0; len];
+        reader.read_exact(&mut b).unwrap();
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["error"]["code"], -32001);
+    }
+    s.write_all(one.as_bytes()).unwrap();
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+}
+
+#[test]
+fn other_paths_and_methods_and_garbage_are_answered_plainly() {
+    let d = door();
+    let a = d.local_addr();
+    assert_eq!(
+        raw(a, b"GET /nope HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        404
+    );
+    assert_eq!(
+        raw(a, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        405
+    );
+    assert_eq!(
+        raw(a, b"POST /?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        411
+    );
+    assert_eq!(raw(a, b"BLAH\r\n\r\n").status, 400);
+    assert_eq!(
+        raw(
+            a,
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+        )
+        .status,
+        501
+    );
+    let huge = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(40 * 1024));
+    assert_eq!(raw(a, huge.as_bytes()).status, 431);
+    // The RPC path with a query string is still the RPC path.
+    let body = get_task("x").to_string();
+    let r = raw(
+        a,
+        format!("POST /?q=1 HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+    );
+    assert_eq!(r.json()["error"]["code"], -32001);
+}
+
+#[test]
+fn shutdown_joins_while_a_blocking_send_waits() {
+    let d = door();
+    let url = d.url();
+    let h = std::thread::spawn(move || {
+        A2aClient::new(url, TOKEN).send_message("slow forever", None, false)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    d.shutdown();
+    assert!(start.elapsed() < Duration::from_secs(3));
+    let t = h.join().unwrap().unwrap();
+    assert_eq!(t.status.state, TaskState::Working);
+}
+
+#[test]
+fn client_errors_are_classified() {
+    let d = door();
+    // Not a JSON-RPC server at all: the card path answers JSON that is no RPC response.
+    let c = A2aClient::new(format!("http://{}/nope", d.local_addr()), TOKEN);
+    let e = c.get_task("x").unwrap_err();
+    assert_eq!(e.http_status(), Some(404), "{e}");
+    let addr = d.local_addr();
+    drop(d);
+    let c = A2aClient::new(format!("http://{addr}/"), TOKEN);
+    assert!(matches!(
+        c.get_task("x").unwrap_err(),
+        ClientError::Unreachable { .. }
+    ));
+}
+
+// --- the official SDK --------------------------------------------------------------
+
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
+        panic!(
+            "MUR_TEST_VENV is not set: the A2A interop tests need a venv with \
+             a2a-sdk[http-server] and uvicorn; run scripts/test.sh, which creates it"
+        )
+    });
+    let py = PathBuf::from(venv).join("bin/python");
+    assert!(
+        py.exists(),
+        "{} does not exist: MUR_TEST_VENV must name a venv directory (see scripts/test.sh)",
+        py.display()
+    );
+    py
+}
+
+fn support(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
+/// The SDK server, killed on drop.
+struct SdkServer {
+    child: Child,
+    url: String,
+}
+
+impl SdkServer {
+    fn start(args: &[&str]) -> SdkServer {
+        let mut child = Command::new(venv_python())
+            .arg(support("a2a_sdk_server.py"))
+            .args(["--port", "0", "--token", TOKEN])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a2a_sdk_server.py");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a2a_sdk_server.py prints LISTENING within 60 s");
+        let url = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        SdkServer { child, url }
+    }
+}
+
+impl Drop for SdkServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sdk_client_drives_the_door() {
+    let py = venv_python();
+    let d = door();
+    let out = Command::new(py)
+        .arg(support("a2a_sdk_client.py"))
+        .arg(d.url())
+        .arg(TOKEN)
+        .output()
+        .expect("run a2a_sdk_client.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let steps: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{stderr}")))
+        .collect();
+    let step = |name: &str| {
+        steps
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no step {name} in:\n{stdout}\n{stderr}"))
+            .clone()
+    };
+    assert_eq!(step("done")["ok"], true, "{stdout}\n{stderr}");
+    assert!(out.status.success());
+    assert_eq!(step("card")["interfaces"][0]["url"], d.url().as_str());
+    assert_eq!(step("send")["state"], "TASK_STATE_SUBMITTED");
+    let poll = step("poll");
+    assert_eq!(poll["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(poll["answer"], "echo: hello");
+    assert_eq!(step("history_length")["history"], 1);
+    assert_eq!(step("cancel")["state"], "TASK_STATE_CANCELED");
+    assert_eq!(step("cancel_finished")["error"], "TaskNotCancelableError");
+    assert_eq!(step("get_unknown")["error"], "TaskNotFoundError");
+}
+
+#[test]
+fn client_against_the_sdk_server() {
+    let server = SdkServer::start(&["--busy", "1", "--delay", "0.2"]);
+    let c = A2aClient::new(server.url.clone(), TOKEN);
+    let card = c.agent_card().unwrap();
+    assert_eq!(card.jsonrpc_url(), Some(server.url.as_str()));
+
+    // The first offer is turned away busy, straight into REJECTED.
+    let t = c
+        .send_message("hello", Some(json!({"murmur": {"trust": "peer"}})), true)
+        .unwrap();
+    assert_eq!(t.status.state, TaskState::Rejected);
+    assert!(t.is_busy_rejection(), "{t:?}");
+
+    let t = c.send_message("hello", None, true).unwrap();
+    assert!(!t.is_terminal(), "{t:?}");
+    let done = poll_until_terminal(&c, &t.id);
+    assert_eq!(done.status.state, TaskState::Completed);
+    assert_eq!(done.answer_text(), "echo: hello");
+
+    let t = c.send_message("fail now", None, true).unwrap();
+    let failed = poll_until_terminal(&c, &t.id);
+    assert_eq!(failed.status.state, TaskState::Failed);
+    assert_eq!(
+        failed.status.message_text().as_deref(),
+        Some("failed: asked to fail")
+    );
+    assert!(!failed.murmur().no_answer);
+
+    let t = c.send_message("slow job", None, true).unwrap();
+    let canceled = c.cancel_task(&t.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert_eq!(c.cancel_task(&t.id).unwrap_err().rpc_code(), Some(-32002));
+    assert_eq!(
+        c.get_task("no-such-task").unwrap_err().rpc_code(),
+        Some(-32001)
+    );
+
+    let blocking = c.send_message("wait for me", None, false).unwrap();
+    assert_eq!(blocking.answer_text(), "echo: wait for me");
+
+    let wrong = A2aClient::new(server.url.clone(), "wrong");
+    assert_eq!(wrong.get_task("x").unwrap_err().http_status(), Some(401));
+}
+
+#[test]
+fn sdk_server_fail_mode_fails_every_task() {
+    let server = SdkServer::start(&["--mode", "fail", "--delay", "0"]);
+    let c = A2aClient::new(server.url.clone(), TOKEN);
+    let t = c.send_message("anything", None, false).unwrap();
+    assert_eq!(t.status.state, TaskState::Failed, "{t:?}");
+}

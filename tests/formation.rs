@@ -1,0 +1,716 @@
+//! Formations end to end with the real binary: `mur run --roster`, call-member,
+//! end-without-answer, busy re-offers, peers that misbehave, `mur door`.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{bounded, Sender};
+use serde_json::{json, Value};
+use support::Formation;
+
+use mur::a2a::types::{AgentCard, Message, Task, TaskState, TaskStatus};
+use mur::door::{CancelError, Door, DoorLimits, TaskHandler};
+
+const STARTED_NOTE: &str = "Its answer is not in this result and no tool fetches it: the runtime adds it to this conversation after you end your turn. Unless you still have work to hand to a different member, end your turn now by replying without calling a tool.";
+
+fn started_text(call_id: &str, member: &str, task_id: &str) -> String {
+    format!("<untrusted-content source=tool:call-member>\n{{\"call_id\":\"{call_id}\",\"member\":\"{member}\",\"status\":\"started\",\"task_id\":\"{task_id}\"}}\n</untrusted-content>\n[call-member] {member} is now working on call {call_id}. {STARTED_NOTE} Calling {member} again before its answer arrives is refused.")
+}
+
+fn refused_text(tool: &str, msg: &str) -> String {
+    format!("<untrusted-content source=tool:{tool}>\n{msg}\n</untrusted-content>")
+}
+
+/// The `call_id` of each call-member tool call, in order.
+fn call_ids(run: &support::Run) -> Vec<String> {
+    run.records("tool_call")
+        .iter()
+        .filter(|r| r["name"] == "call-member" && r["member_call_id"].is_string())
+        .map(|r| r["member_call_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn ms(ts: &Value) -> SystemTime {
+    humantime::parse_rfc3339(ts.as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn example_formation_lead_calls_worker_and_critic_and_answers_offline() {
+    let f = Formation::new();
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/formation/roster.yaml"
+    );
+    let out = f
+        .mur()
+        .args(["run", "--roster", example, "--records-dir"])
+        .arg(&f.records)
+        .args(["--task", "Review the notes"])
+        .output()
+        .unwrap();
+    let run = support::FormationRun {
+        output: out,
+        records: f.records.clone(),
+    };
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "Review: worker counted the notes (3 lines in notes.txt); critic says three lines are enough for a patch release.\n");
+    let lead = run.member("lead");
+    assert_eq!(
+        lead.one("session_start")["tools_declared"],
+        json!(["call-member", "end-without-answer", "session-status"])
+    );
+    assert_eq!(
+        run.member("worker").one("session_start")["tools_declared"],
+        json!(["wc", "session-status"])
+    );
+    let ids = call_ids(&lead);
+    let starts = lead.records("member_call_start");
+    assert_eq!(starts.len(), 2);
+    let texts = lead.tool_texts();
+    assert_eq!(
+        texts[0],
+        started_text(
+            &ids[0],
+            "worker",
+            starts[0]["member_task"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        texts[1],
+        started_text(
+            &ids[1],
+            "critic",
+            starts[1]["member_task"].as_str().unwrap()
+        )
+    );
+    let calls = lead.records("member_call");
+    assert_eq!(calls.len(), 2);
+    for c in &calls {
+        assert_eq!(c["status"], "completed");
+        assert_eq!(c["delivered"], true);
+    }
+    let cont = lead.one("task_continued");
+    assert_eq!(cont["answers"], 2);
+    assert_eq!(
+        cont["text"],
+        format!("[call-member] call {} to worker ended completed:\n<untrusted-content source=member:worker>\nnotes.txt has 3 lines.\n</untrusted-content>\n\n[call-member] call {} to critic ended completed:\n<untrusted-content source=member:critic>\nThree lines are enough for a patch release.\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.", ids[0], ids[1])
+    );
+    // the worker's task came from lead, over its door
+    let ws = run.member("worker").one("task_start");
+    assert_eq!(ws["origin"], "peer");
+    assert_eq!(ws["caller"], "lead");
+    for m in ["lead", "worker", "critic"] {
+        assert_eq!(run.member(m).one("session_end")["exit_status"], "completed");
+    }
+    // the staged call-member manifest: member is an enum of the callees in roster order
+    let run_dir = std::fs::read_dir(f.home.join("run")).unwrap();
+    let mut enums = Vec::new();
+    for d in run_dir.flatten() {
+        let p = d.path().join("tools/call-member/murmur.yaml");
+        if let Ok(t) = std::fs::read_to_string(p) {
+            let v: Value = serde_yaml_ng::from_str(&t).unwrap();
+            assert_eq!(v["version"], "0.0.0");
+            assert_eq!(v["runtime"], "tool");
+            assert_eq!(v["implementation"], "native");
+            enums.push(v["input_schema"]["properties"]["member"]["enum"].clone());
+        }
+    }
+    assert_eq!(enums, [json!(["worker", "critic"])]);
+}
+
+fn no_answer_formation() -> Formation {
+    Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [helper]}\n  helper: {capsule: helper, calls: [critic]}\n  critic: {capsule: critic}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            r#"
+- tool_calls:
+    - {name: end-without-answer, input: {reason: "no"}}
+    - {name: call-member, input: {member: nobody, task: "x"}}
+    - {name: call-member, input: {member: helper, task: "Get critic's view."}}
+- text: "Waiting for helper."
+- text: "Helper gave no answer, so the review has none."
+"#,
+        )
+        .member(
+            "helper",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            r#"
+- tool_calls:
+    - {name: call-member, input: {member: critic, task: "Judge this."}}
+    - {name: end-without-answer, input: {reason: "too early"}}
+    - {name: call-member, input: {member: critic, task: "Again."}}
+- text: "Waiting for critic."
+- tool_calls:
+    - {name: end-without-answer, input: {reason: "  "}}
+    - {name: end-without-answer, input: {reason: "critic gave me nothing"}}
+    - {name: end-without-answer, input: {reason: "again"}}
+    - {name: call-member, input: {member: critic, task: "Once more."}}
+"#,
+        )
+        // critic sleeps a second, then its script runs out: its task fails
+        .member(
+            "critic",
+            "capabilities:\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"1\"]}}\n",
+        )
+}
+
+#[test]
+fn end_without_answer_refusals_acceptance_and_the_callers_continuation() {
+    let f = no_answer_formation();
+    let run = f.run("Review");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.stdout(),
+        "Helper gave no answer, so the review has none.\n"
+    );
+    let lead = run.member("lead");
+    let helper = run.member("helper");
+    let critic = run.member("critic");
+    let lt = lead.tool_texts();
+    assert_eq!(lt[0], refused_text("end-without-answer", "'end-without-answer' ends only a task another formation member sent; no formation member sent this one. Reply in text, saying plainly which part has no answer."));
+    assert_eq!(lt[1], refused_text("call-member", "'call-member' cannot call `nobody`: this member may call only helper; nothing was sent"));
+    let h_call = &call_ids(&lead)[0];
+    let c_call = &call_ids(&helper)[0];
+    let ht = helper.tool_texts();
+    assert_eq!(ht[1], refused_text("end-without-answer", &format!("Call {c_call} to critic is still out; its answer arrives after you end your turn. Call end-without-answer only when no call is left to wait for.")));
+    assert_eq!(ht[2], refused_text("call-member", &format!("critic has not yet answered call {c_call} from this task, so nothing was sent. Its answer reaches you only after you end your turn: end your turn now by replying without calling a tool. Once that answer has arrived you may call critic again with new work.")));
+    assert_eq!(
+        ht[3],
+        refused_text(
+            "end-without-answer",
+            "'end-without-answer' needs a reason: say in a sentence why you have no answer."
+        )
+    );
+    assert_eq!(ht[4], "<untrusted-content source=tool:end-without-answer>\n{\"status\":\"ending\",\"caller\":\"lead\"}\n</untrusted-content>\n[end-without-answer] This task ends without an answer once this turn's tool calls finish, and lead is told you gave none.");
+    let accepted = &helper.records("tool_call")[4];
+    assert_eq!(accepted["status"], "passed");
+    assert_eq!(accepted["summary"], "Ending task without an answer");
+    assert_eq!(
+        ht[5],
+        refused_text(
+            "end-without-answer",
+            "This task is already ending without an answer."
+        )
+    );
+    assert_eq!(
+        ht[6],
+        refused_text(
+            "call-member",
+            "'call-member' makes no call from a task that is ending without an answer."
+        )
+    );
+    // helper's continuation: critic failed; helper's task was sent by lead
+    let critic_err = critic.one("task_end")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        helper.one("task_continued")["text"],
+        format!("[call-member] call {c_call} to critic ended failed, with no answer from critic:\n<untrusted-content source=member:critic>\n{critic_err}\n</untrusted-content>\n\n[call-member] No answer came from: critic (call {c_call}, failed). What you asked of them has not been done by them: do not present an answer of your own as theirs.\n\n[call-member] Every call this task made has ended. Answer the task with the answers you have and say plainly which part has no answer, or call a member again if another attempt could succeed. If you have no answer to give, call end-without-answer with the reason instead: the runtime then tells lead plainly that you gave none.")
+    );
+    // how helper's task ended
+    assert_eq!(helper.result_txt(), "no answer: critic gave me nothing");
+    assert_eq!(helper.one("task_end")["exit_status"], "no_answer");
+    assert!(helper.records("task_failed").is_empty());
+    assert_eq!(helper.one("session_end")["exit_status"], "completed");
+    // lead's continuation: no_answer with the further-down form; the entry task's last
+    // line never names the tool
+    assert_eq!(
+        lead.one("task_continued")["text"],
+        format!("[call-member] call {h_call} to helper ended no_answer, with no answer from helper:\n<untrusted-content source=member:helper>\ncritic gave me nothing\n</untrusted-content>\n\n[call-member] No answer came from: helper (call {h_call}, no_answer; further down, no answer came from critic (failed)). What you asked of them has not been done by them: do not present an answer of your own as theirs.\n\n[call-member] Every call this task made has ended. Answer the task with the answers you have and say plainly which part has no answer, or call a member again if another attempt could succeed.")
+    );
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "no_answer");
+    assert_eq!(
+        mc["no_answer_below"],
+        json!([{"member": "critic", "status": "failed"}])
+    );
+    assert_eq!(lead.one("session_end")["exit_status"], "completed");
+}
+
+#[test]
+fn without_localhost_in_network_allow_staging_warns_w_run_008_and_every_call_fails() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"hi\"}}\n- text: \"no worker\"\n",
+        )
+        .member("worker", "", "- text: \"W\"\n");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert!(run.stderr().contains("mur: warning: W-RUN-008: member `lead`: capabilities.network.allow does not list localhost, where the door of `worker` is, so every call-member call from `lead` to `worker` fails; add `localhost` to capabilities.network.allow\n"), "{}", run.stderr());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called worker: failed");
+    let id = tc["member_call_id"].as_str().unwrap();
+    assert!(
+        tc["content"].as_str().unwrap().ends_with(&format!("</untrusted-content>\n[call-member] Call {id} to worker ended failed, with no answer from worker. Do not present an answer of your own as worker's.")),
+        "{}",
+        tc["content"]
+    );
+    assert_eq!(lead.one("member_call")["status"], "failed");
+    assert!(run.member("worker").records("task_start").is_empty());
+}
+
+fn busy_formation(helper_extra: &str) -> Formation {
+    Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker, helper]}\n  worker: {capsule: worker}\n  helper: {capsule: helper, calls: [worker]}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"first\"}}\n    - {name: call-member, input: {member: helper, task: \"ask worker\"}}\n- text: \"waiting\"\n- text: \"LEAD-DONE\"\n",
+        )
+        .member(
+            "helper",
+            &format!("capabilities:\n  network: {{allow: [localhost]}}\n{helper_extra}"),
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"second\"}}\n- text: \"waiting\"\n- text: \"H-DONE\"\n",
+        )
+}
+
+#[test]
+fn a_busy_member_is_offered_the_task_again_until_it_takes_it() {
+    let f = busy_formation("").member(
+        "worker",
+        "capabilities:\n  shell: {allow: [sleep]}\n",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- text: \"W-FIRST\"\n- text: \"W-SECOND\"\n",
+    );
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "LEAD-DONE\n");
+    let helper = run.member("helper");
+    let id = &call_ids(&helper)[0];
+    let tc = &helper.records("tool_call")[0];
+    assert_eq!(tc["summary"], "Called worker: busy");
+    assert_eq!(tc["status"], "passed");
+    assert_eq!(tc["content"], format!("<untrusted-content source=tool:call-member>\n{{\"call_id\":\"{id}\",\"member\":\"worker\",\"status\":\"busy\",\"output\":\"worker is busy with other work and did not take the task\"}}\n</untrusted-content>\n[call-member] worker is busy with other work and has not taken call {id} yet. The runtime keeps offering it the task for up to 600s and adds worker's answer, or word that it stayed busy, to this conversation after you end your turn. Unless you still have work to hand to a different member, end your turn now by replying without calling a tool. Calling worker again before then is refused."));
+    let busy = helper.records("member_call_busy");
+    assert_eq!(busy.len(), 2, "{}", run.dump());
+    assert_eq!(busy[0]["offer"], 1);
+    assert_eq!(busy[1]["offer"], 2);
+    let gap = ms(&busy[1]["ts"])
+        .duration_since(ms(&busy[0]["ts"]))
+        .unwrap();
+    assert!(
+        gap >= Duration::from_millis(1000) && gap < Duration::from_millis(1500),
+        "{gap:?}"
+    );
+    let start = helper.one("member_call_start");
+    assert_eq!(start["offer"], 3);
+    let waited = ms(&start["ts"]).duration_since(ms(&busy[1]["ts"])).unwrap();
+    assert!(waited >= Duration::from_millis(2000), "{waited:?}");
+    assert!(helper.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .contains("\n<untrusted-content source=member:worker>\nW-SECOND\n</untrusted-content>\n"));
+}
+
+#[test]
+fn a_member_busy_for_the_whole_deadline_never_holds_the_call_and_a_slow_one_times_out() {
+    // helper's own lifecycle.delegation_deadline_secs (2) wins over the environment's
+    // MURMUR_DELEGATION_TIMEOUT_SECS (3), which bounds lead's calls
+    let f = busy_formation("lifecycle:\n  delegation_deadline_secs: 2\n").member(
+        "worker",
+        "capabilities:\n  shell: {allow: [sleep]}\n",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"5\"]}}\n- text: \"W-FIRST\"\n",
+    );
+    let run = f.run_with("go", &[("MURMUR_DELEGATION_TIMEOUT_SECS", "3")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let helper = run.member("helper");
+    let mc = helper.one("member_call");
+    assert_eq!(mc["status"], "rejected");
+    assert_eq!(mc["output"], "never held: worker stayed busy with other work for the whole 2s this call may wait and never took the task; it was offered the task 2 times. Nothing was done on it.");
+    let lead = run.member("lead");
+    let ids = call_ids(&lead);
+    let text = lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.starts_with(&format!("[call-member] call {} to worker ended timed_out, with no answer from worker:\n<untrusted-content source=member:worker>\nworker did not answer within 3s. It was not cancelled and may still be working on the task.\n</untrusted-content>\n\n", ids[0])), "{text}");
+    // helper completed while worker gave it nothing: an answer with a gap
+    assert!(text.ends_with(&format!("[call-member] No answer came from: worker (call {}, timed_out). What you asked of them has not been done by them: do not present an answer of your own as theirs.\n\n[call-member] helper (call {}) answered without an answer from worker (rejected): any part of its answer that stands in for theirs is helper's own, not theirs.\n\n[call-member] Every call this task made has ended. Answer the task with the answers you have and say plainly which part has no answer, or call a member again if another attempt could succeed.", ids[0], ids[1])), "{text}");
+    // the formation ended with the entry task: worker's task was canceled
+    assert_eq!(
+        run.member("worker").one("task_end")["exit_status"],
+        "canceled"
+    );
+}
+
+#[test]
+fn the_last_allowed_turn_does_not_wait_and_an_early_answer_is_refused_a_second_call() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker, slow]}\n  worker: {capsule: worker}\n  slow: {capsule: slow}\n")
+        .member(
+            "lead",
+            "  max_turns: 2\ncapabilities:\n  network: {allow: [localhost]}\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"a\"}}\n    - {name: call-member, input: {member: slow, task: \"b\"}}\n    - {name: sleep, input: {args: [\"1\"]}}\n    - {name: call-member, input: {member: worker, task: \"c\"}}\n- text: \"done early\"\n",
+        )
+        .member("worker", "", "- text: \"W\"\n")
+        .member(
+            "slow",
+            "capabilities:\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"3\"]}}\n- text: \"S\"\n",
+        );
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "done early\n");
+    let lead = run.member("lead");
+    let ids = call_ids(&lead);
+    assert_eq!(lead.tool_texts()[3], refused_text("call-member", &format!("worker has already answered call {}, so nothing was sent. The answer reaches you as soon as you end your turn: end your turn now by replying without calling a tool.", ids[0])));
+    assert!(lead.records("task_continued").is_empty());
+    let calls = lead.records("member_call");
+    assert_eq!(calls.len(), 2, "{}", run.dump());
+    let w = calls.iter().find(|c| c["member"] == "worker").unwrap();
+    assert_eq!(w["status"], "completed");
+    assert_eq!(w["delivered"], false);
+    let s = calls.iter().find(|c| c["member"] == "slow").unwrap();
+    assert_eq!(s["status"], "abandoned");
+    assert_eq!(s["delivered"], false);
+}
+
+/// A fake A2A peer behind a real door.
+struct Peer {
+    mode: &'static str,
+    submitted: Sender<()>,
+}
+
+fn task(id: &str, state: TaskState, msg: Option<&str>) -> Task {
+    let mut status = TaskStatus::now(state);
+    status.message = msg.map(Message::agent);
+    Task {
+        id: id.into(),
+        context_id: id.into(),
+        status,
+        artifacts: vec![],
+        history: vec![],
+        metadata: None,
+    }
+}
+
+impl TaskHandler for Peer {
+    fn submit(&self, _m: Message) -> Task {
+        let _ = self.submitted.send(());
+        match self.mode {
+            "rejected" => task("t1", TaskState::Rejected, Some("task rejected: not today")),
+            _ => task("t1", TaskState::Working, None),
+        }
+    }
+    fn get(&self, id: &str) -> Option<Task> {
+        match self.mode {
+            "unknown" => Some(task(
+                id,
+                TaskState::Unknown("TASK_STATE_BOGUS".into()),
+                None,
+            )),
+            _ => Some(task(id, TaskState::Working, None)),
+        }
+    }
+    fn cancel(&self, _id: &str) -> Result<Task, CancelError> {
+        Err(CancelError::NotFound)
+    }
+    fn wait_terminal(&self, id: &str, _t: Duration) -> Option<Task> {
+        self.get(id)
+    }
+    fn card(&self) -> AgentCard {
+        AgentCard::new("odd", "a fake peer")
+    }
+}
+
+fn peer_formation(mode: &'static str) -> (Formation, Door, crossbeam_channel::Receiver<()>) {
+    let (tx, rx) = bounded(10);
+    let door = Door::start(
+        "127.0.0.1:0".parse().unwrap(),
+        "peer-token".into(),
+        Arc::new(Peer {
+            mode,
+            submitted: tx,
+        }),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    let f = Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [odd]}}\n  odd: {{door: \"{}\", token: {{env: ODD_TOKEN}}}}\n", door.url()))
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: odd, task: \"hello\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        );
+    (f, door, rx)
+}
+
+#[test]
+fn a_peer_with_an_unknown_task_state_ends_the_call_failed_without_looping() {
+    let (f, _door, _rx) = peer_formation("unknown");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "odd's door reported the task state `TASK_STATE_BOGUS`, which a member call cannot wait on; the call ended failed");
+    assert!(lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("[call-member] call mcl_"));
+}
+
+#[test]
+fn a_peer_refusing_for_another_reason_is_rejected_in_the_same_turn() {
+    let (f, _door, _rx) = peer_formation("rejected");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    let id = tc["member_call_id"].as_str().unwrap();
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called odd: rejected");
+    assert_eq!(tc["content"], format!("<untrusted-content source=tool:call-member>\n{{\"call_id\":\"{id}\",\"member\":\"odd\",\"status\":\"rejected\",\"output\":\"odd did not take the task: not today\"}}\n</untrusted-content>\n[call-member] Call {id} to odd ended rejected, with no answer from odd. Do not present an answer of your own as odd's."));
+    assert!(lead.records("member_call_busy").is_empty());
+}
+
+#[test]
+fn a_peer_that_dies_mid_call_ends_it_unreachable() {
+    let (f, door, rx) = peer_formation("working");
+    let killer = std::thread::spawn(move || {
+        rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        door.shutdown();
+    });
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    killer.join().unwrap();
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "unreachable", "{}", run.dump());
+    assert!(mc["output"]
+        .as_str()
+        .unwrap()
+        .starts_with("odd's door stopped answering: "));
+}
+
+#[test]
+fn a_member_whose_session_crashes_fails_the_call_and_the_formation_goes_on() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"CRASH-ME\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+        .member("worker", "", "- text: \"W\"\n");
+    let run = f.run_with("go", &[("MUR_DEBUG_PANIC_ON_TASK", "CRASH-ME")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "LEAD\n");
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "worker's session crashed");
+}
+
+#[test]
+fn a_bad_roster_is_refused_with_every_diagnostic() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: leed\nmembers:\n  lead: {capsule: lead, calls: [wroker]}\n");
+    let run = f.run("go");
+    assert_eq!(run.code(), 2);
+    let e = run.stderr();
+    assert!(
+        e.contains(
+            "roster.yaml:2:8: entry: `leed` is not a member of this roster (did you mean `lead`?)"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains(
+            "members.lead.calls[0]: `wroker` is not a member of this roster (did you mean `lead`?)"
+        ) || e.contains("members.lead.calls[0]: `wroker` is not a member of this roster"),
+        "{e}"
+    );
+}
+
+// --- interop with a peer written with the official a2a-sdk server -------------------
+
+mod sdk {
+    use std::io::{BufRead, BufReader};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    pub const TOKEN: &str = "sdk-peer-token";
+
+    fn venv_python() -> PathBuf {
+        let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
+            panic!(
+                "MUR_TEST_VENV is not set: the A2A interop tests need a venv with \
+                 a2a-sdk[http-server] and uvicorn; run scripts/test.sh, which creates it"
+            )
+        });
+        PathBuf::from(venv).join("bin/python")
+    }
+
+    /// `tests/support/a2a_sdk_server.py`, killed on drop.
+    pub struct Server {
+        child: Child,
+        pub url: String,
+    }
+
+    impl Server {
+        pub fn start(args: &[&str]) -> Server {
+            let script =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/a2a_sdk_server.py");
+            let mut child = Command::new(venv_python())
+                .arg(script)
+                .args(["--port", "0", "--token", TOKEN])
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start a2a_sdk_server.py");
+            let stdout = child.stdout.take().unwrap();
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = BufReader::new(stdout).read_line(&mut line);
+                let _ = tx.send(line);
+            });
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a2a_sdk_server.py prints LISTENING within 60 s");
+            let url = line
+                .trim()
+                .strip_prefix("LISTENING ")
+                .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+                .to_string();
+            Server { child, url }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn sdk_formation(url: &str) -> Formation {
+    Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [sdk]}}\n  sdk: {{door: \"{url}\", token: {{env: SDK_TOKEN}}}}\n"))
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: sdk, task: \"hello sdk\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+}
+
+#[test]
+fn call_member_to_an_sdk_peer_that_is_busy_once_then_answers() {
+    let server = sdk::Server::start(&["--busy", "1"]);
+    let f = sdk_formation(&server.url);
+    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(lead.records("tool_call")[0]["summary"], "Called sdk: busy");
+    assert_eq!(lead.records("member_call_busy").len(), 1);
+    assert_eq!(lead.one("member_call_start")["offer"], 2);
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "completed", "{}", run.dump());
+    assert_eq!(mc["output"], "echo: hello sdk");
+    let id = &call_ids(&lead)[0];
+    assert_eq!(
+        lead.one("task_continued")["text"],
+        format!("[call-member] call {id} to sdk ended completed:\n<untrusted-content source=member:sdk>\necho: hello sdk\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
+    );
+}
+
+#[test]
+fn call_member_to_an_sdk_peer_that_fails() {
+    let server = sdk::Server::start(&["--mode", "fail"]);
+    let f = sdk_formation(&server.url);
+    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(
+        lead.records("tool_call")[0]["summary"],
+        "Called sdk: started"
+    );
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "failed: asked to fail");
+    let id = &call_ids(&lead)[0];
+    assert!(lead.one("task_continued")["text"].as_str().unwrap().starts_with(&format!("[call-member] call {id} to sdk ended failed, with no answer from sdk:\n<untrusted-content source=member:sdk>\nfailed: asked to fail\n</untrusted-content>\n\n[call-member] No answer came from: sdk (call {id}, failed).")));
+}
+
+#[test]
+fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    use mur::a2a::A2aClient;
+
+    let c = support::Capsule::scripted(
+        &["sleep"],
+        "",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"30\"]}}\n- text: \"done\"\n",
+    );
+    // no token: refused
+    let out = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .env_remove("MURMUR_DOOR_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mur door needs a bearer token"));
+
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    let client = A2aClient::new(url, "door-token");
+    let t1 = client.send_message("work", None, true).unwrap();
+    assert!(!t1.is_terminal());
+    let t2 = client.send_message("more work", None, true).unwrap();
+    assert_eq!(t2.status.state, TaskState::Rejected);
+    assert_eq!(
+        t2.status.message_text().as_deref(),
+        Some("task rejected: capsule is busy")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let canceled = client.cancel_task(&t1.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert_eq!(
+        client.get_task(&t1.id).unwrap().status.state,
+        TaskState::Canceled
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let trace = support::read_trace(&c.records);
+    let ends: Vec<&Value> = trace.iter().filter(|r| r["type"] == "task_end").collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["exit_status"], "canceled");
+    assert_eq!(trace.last().unwrap()["type"], "session_end");
+}
