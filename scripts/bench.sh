@@ -3,3 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo bench --locked --bench run "$@"
+cargo bench --locked --bench door "$@"
