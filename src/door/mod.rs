@@ -42,7 +42,7 @@
 //! without `Content-Length`), 431 (head too large), 501 (chunked request body), 503
 //! (accept queue full).
 
-mod book;
+pub mod book;
 mod rpc;
 pub mod server;
 
