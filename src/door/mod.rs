@@ -17,8 +17,32 @@
 //! The HTTP server is our own small blocking HTTP/1.1 server on `std::net` (see
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
 //! Limits are in [`DoorLimits`].
+//!
+//! Errors, checked in the order a2a-sdk 1.3 checks them; all are HTTP 200 JSON-RPC
+//! errors echoing the request `id` (string, number or null; a missing id is answered
+//! as null) unless said otherwise:
+//!
+//! | case | code | `error.data` |
+//! |---|---|---|
+//! | body is not JSON | -32700, id null | none |
+//! | a batch, a non-object, `jsonrpc` not `"2.0"`, no `method`, an id that is not a string, number or null | -32600 (id null when the id itself is bad or the body is a batch) | none |
+//! | unknown method, 0.3's `message/send`, `tasks/get`, `tasks/cancel` | -32601 `Method not found` | none |
+//! | A2A 1.0 methods not served (`SendStreamingMessage`, `ListTasks`, push configs, …) | -32004 | ErrorInfo `UNSUPPORTED_OPERATION` |
+//! | params of the wrong shape | -32602 `Invalid params` | ErrorInfo `INVALID_PARAMS`, `metadata.parseError` |
+//! | a missing message or id, empty `message.parts` | -32602 `Validation failed` | ErrorInfo + `google.rpc.BadRequest` |
+//! | `A2A-Version` missing (read as 0.3) or not 1.x | -32009 | ErrorInfo `VERSION_NOT_SUPPORTED` |
+//! | unknown task (GetTask, CancelTask, a message naming a `taskId`) | -32001 `Task not found` | ErrorInfo `TASK_NOT_FOUND` |
+//! | CancelTask of a terminal task | -32002 `Task cannot be canceled` | ErrorInfo `TASK_NOT_CANCELABLE` |
+//! | a message continuing an existing task | -32004 `Task … is in terminal state: …` | ErrorInfo `UNSUPPORTED_OPERATION` |
+//! | `acceptedOutputModes` none of which the card's output modes (or `*/*`, `text/*`) match | -32005 | ErrorInfo `CONTENT_TYPE_NOT_SUPPORTED` |
+//! | body over [`DoorLimits::max_body_bytes`] | HTTP 413, -32600 `Payload too large`, id null | none |
+//!
+//! HTTP-level answers with an empty body: 401 (token), 404 (other paths), 405 (other
+//! methods), 408 (request not complete within [`DoorLimits::read_timeout`]), 411 (POST
+//! without `Content-Length`), 431 (head too large), 501 (chunked request body), 503
+//! (accept queue full).
 
-mod book;
+pub mod book;
 mod rpc;
 pub mod server;
 

@@ -9,7 +9,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -123,15 +123,27 @@ impl Server {
     ) -> io::Result<Server> {
         let local = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let idle = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(limits.queue.max(1));
         let limits = Arc::new(limits);
         let mut threads = Vec::with_capacity(limits.workers + 1);
         for i in 0..limits.workers {
-            let (wrx, wservice, wlimits, wstop) =
-                (rx.clone(), service.clone(), limits.clone(), stop.clone());
+            let (wrx, wservice, wlimits, wstop, widle) = (
+                rx.clone(),
+                service.clone(),
+                limits.clone(),
+                stop.clone(),
+                idle.clone(),
+            );
             let h = std::thread::Builder::new()
                 .name(format!("door-worker-{i}"))
-                .spawn(move || worker(&wrx, &*wservice, &wlimits, &wstop));
+                .spawn(move || {
+                    let pool = Pool {
+                        queue: &wrx,
+                        idle: &widle,
+                    };
+                    worker(pool, &*wservice, &wlimits, &wstop)
+                });
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
@@ -213,14 +225,36 @@ impl Server {
     }
 }
 
-fn worker(rx: &Receiver<TcpStream>, service: &dyn Service, limits: &DoorLimits, stop: &AtomicBool) {
-    while let Ok(stream) = rx.recv() {
+/// The accept queue and how many workers wait on it.
+#[derive(Clone, Copy)]
+struct Pool<'a> {
+    queue: &'a Receiver<TcpStream>,
+    idle: &'a AtomicUsize,
+}
+
+impl Pool<'_> {
+    /// `true` when a connection waits and no worker is free to take it: a worker then
+    /// gives up its idle keep-alive connection.
+    fn crowded(&self) -> bool {
+        !self.queue.is_empty() && self.idle.load(Ordering::SeqCst) == 0
+    }
+
+    fn next(&self) -> Option<TcpStream> {
+        self.idle.fetch_add(1, Ordering::SeqCst);
+        let s = self.queue.recv().ok();
+        self.idle.fetch_sub(1, Ordering::SeqCst);
+        s
+    }
+}
+
+fn worker(pool: Pool<'_>, service: &dyn Service, limits: &DoorLimits, stop: &AtomicBool) {
+    while let Some(stream) = pool.next() {
         if stop.load(Ordering::SeqCst) {
             continue; // drain the queue without serving; dropping closes
         }
         let peer = stream.peer_addr().ok();
         let r = catch_unwind(AssertUnwindSafe(|| {
-            serve_connection(stream, service, limits, stop, rx)
+            serve_connection(stream, service, limits, stop, pool)
         }));
         if r.is_err() {
             log::error!("door: a request from {peer:?} panicked; connection dropped");
@@ -246,7 +280,7 @@ fn serve_connection(
     service: &dyn Service,
     limits: &DoorLimits,
     stop: &AtomicBool,
-    queue: &Receiver<TcpStream>,
+    pool: Pool<'_>,
 ) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(limits.write_timeout));
@@ -255,7 +289,7 @@ fn serve_connection(
         // Wait for the first byte of the next request, giving up the connection when
         // others wait for a worker or the server stops.
         if buf.is_empty() {
-            match wait_first_byte(&mut stream, &mut buf, limits.idle_timeout, stop, queue) {
+            match wait_first_byte(&mut stream, &mut buf, limits.idle_timeout, stop, pool) {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return,
             }
@@ -327,7 +361,7 @@ fn serve_connection(
         }
         let body: Vec<u8> = buf.drain(..length).collect();
         let mut r = service.call(&head, body, stop);
-        r.close |= !keep_alive(&head) || stop.load(Ordering::SeqCst) || !queue.is_empty();
+        r.close |= !keep_alive(&head) || stop.load(Ordering::SeqCst) || pool.crowded();
         let close = r.close;
         if write_response(&mut stream, &r, false).is_err() || close {
             return close_gracefully(stream, false);
@@ -336,13 +370,14 @@ fn serve_connection(
 }
 
 /// `Ok(true)` once `buf` holds at least one byte; `Ok(false)` when the peer closed,
-/// the idle time passed, others wait for a worker, or the server stops.
+/// the idle time passed, others wait for a worker and none is free, or the server
+/// stops.
 fn wait_first_byte(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     idle: Duration,
     stop: &AtomicBool,
-    queue: &Receiver<TcpStream>,
+    pool: Pool<'_>,
 ) -> io::Result<bool> {
     let end = Instant::now() + idle;
     let mut chunk = [0u8; 8192];
@@ -364,7 +399,7 @@ fn wait_first_byte(
                 return Ok(true);
             }
             Err(e) if is_timeout(&e) => {
-                if !queue.is_empty() {
+                if pool.crowded() {
                     return Ok(false);
                 }
             }

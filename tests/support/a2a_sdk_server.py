@@ -125,6 +125,10 @@ def main() -> None:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted sockets inherit it (Linux). uvicorn sets it on sockets it binds itself,
+    # not on one handed over; without it every keep-alive request waits ~40 ms for a
+    # delayed ACK (Nagle), which would make the benchmark unfair to the SDK.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)
     port = sock.getsockname()[1]
