@@ -653,13 +653,12 @@ fn a_body_over_the_limit_is_413_with_a_jsonrpc_error() {
 fn a_client_sending_headers_slowly_is_dropped_and_others_are_served() {
     let limits = DoorLimits {
         read_timeout: Duration::from_millis(800),
-        workers: 2,
         ..DoorLimits::default()
     };
     let d = door_with(Echo::new(0, 0), limits);
     let addr = d.local_addr();
-    // Two slow clients, one per worker: one stalls mid-head, one trickles a byte at a
-    // time and never finishes.
+    // Two slow clients: one stalls mid-head, one trickles a byte at a time and never
+    // finishes.
     let mut stalled = TcpStream::connect(addr).unwrap();
     stalled
         .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")
@@ -681,13 +680,12 @@ fn a_client_sending_headers_slowly_is_dropped_and_others_are_served() {
         (r.status, start.elapsed())
     });
     std::thread::sleep(Duration::from_millis(100));
-    // Both workers are held; a third client waits in the queue, then is served once
-    // the slow ones are dropped, well before they would have finished.
+    // A third client is served at once, on its own thread.
     let start = Instant::now();
     let v = rpc(addr, &get_task("x"));
     assert_eq!(v["error"]["code"], -32001);
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(1),
         "{:?}",
         start.elapsed()
     );
@@ -702,6 +700,197 @@ fn a_client_sending_headers_slowly_is_dropped_and_others_are_served() {
     let (status, took) = trickler.join().unwrap();
     assert_eq!(status, 408);
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// Opens `n` connections that each send the start of a head, then one more byte of it
+/// every `every`, until `stop` is set or the door closes them; returns how many the
+/// door answered and with what.
+fn tricklers(
+    addr: SocketAddr,
+    n: usize,
+    every: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<u16>> {
+    let mut conns: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(b"POST / HTTP/1.1\r\nX").unwrap();
+            s
+        })
+        .collect();
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(30);
+        while !stop.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(every);
+            for s in &mut conns {
+                let _ = s.write_all(b"a");
+            }
+        }
+        conns
+            .iter_mut()
+            .filter_map(|s| {
+                s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+                let mut b = [0u8; 12];
+                s.read_exact(&mut b).ok()?;
+                std::str::from_utf8(&b[9..12]).ok()?.parse().ok()
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn slowloris_32_trickling_connections_do_not_stall_the_card_or_get_task() {
+    let d = door();
+    let addr = d.local_addr();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 32 unauthenticated connections from this client, one byte per second each.
+    let slow = tricklers(addr, 32, Duration::from_secs(1), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let client = A2aClient::new(d.url(), TOKEN);
+    let sent = client.send_message("hello", None, true).unwrap();
+    let until = Instant::now() + Duration::from_millis(3500);
+    let mut rounds = 0;
+    while Instant::now() < until {
+        let t = Instant::now();
+        let card = raw(
+            addr,
+            b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(card.status, 200);
+        let got = client.get_task(&sent.id).unwrap();
+        assert_eq!(got.id, sent.id);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "card and GetTask took {:?} under 32 trickling connections",
+            t.elapsed()
+        );
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(rounds >= 5, "{rounds}");
+    stop.store(true, Ordering::SeqCst);
+    slow.join().unwrap();
+}
+
+#[test]
+fn slowloris_connections_past_the_caps_get_503_at_once() {
+    // Per address: connections without a whole request head.
+    let limits = DoorLimits {
+        max_pending_heads_per_ip: 4,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = tricklers(addr, 4, Duration::from_millis(200), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let r = raw(addr, b"GET /.well-known/agent-card.json HTTP/1.1\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    assert_eq!(slow.join().unwrap(), Vec::<u16>::new());
+    // Once they are gone, the address is served again.
+    std::thread::sleep(Duration::from_millis(500));
+    let r = raw(
+        addr,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+
+    // Globally: connections open at once.
+    let limits = DoorLimits {
+        max_connections: 3,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = tricklers(d.local_addr(), 3, Duration::from_millis(200), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let r = raw(
+        d.local_addr(),
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    stop.store(true, Ordering::SeqCst);
+    slow.join().unwrap();
+}
+
+#[test]
+fn a_trickler_is_dropped_at_the_head_deadline() {
+    let limits = DoorLimits {
+        head_timeout: Duration::from_millis(700),
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow = tricklers(d.local_addr(), 3, Duration::from_millis(100), stop.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::SeqCst);
+    assert_eq!(slow.join().unwrap(), vec![408, 408, 408]);
+}
+
+#[test]
+fn bare_lf_line_endings_are_answered_at_once() {
+    let d = door();
+    let a = d.local_addr();
+    let t = Instant::now();
+    let r = raw(
+        a,
+        b"GET /.well-known/agent-card.json HTTP/1.1\nHost: x\nConnection: close\n\n",
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.json()["name"].is_string());
+    let body = get_task("x").to_string();
+    let req = format!(
+        "POST / HTTP/1.1\nAuthorization: Bearer {TOKEN}\nA2A-Version: 1.0\r\nContent-Length: {}\nConnection: close\n\n{body}",
+        body.len()
+    );
+    let r = raw(a, req.as_bytes());
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["error"]["code"], -32001);
+    // Leading empty lines, in either ending, are skipped.
+    let r = raw(
+        a,
+        b"\n\r\nGET /.well-known/agent-card.json HTTP/1.1\nConnection: close\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    // A bare CR inside a line is refused at once.
+    let r = raw(
+        a,
+        b"GET /.well-known/agent-card.json HTTP/1.1\rHost: x\nConnection: close\n\n",
+    );
+    assert_eq!(r.status, 400);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_body_nested_to_the_json_limit_is_answered_not_a_crash() {
+    let d = door();
+    for depth in [120, 127, 128, 100_000] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{{"id":"x","n":{}{}}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        let r = post(d.local_addr(), Some(TOKEN), Some("1.0"), &body);
+        assert_eq!(r.status, 200, "{depth}");
+        let code = r.json()["error"]["code"].as_i64().unwrap();
+        assert!(code == -32001 || code == -32700, "{depth}: {code}");
+        // The same depth in a message's metadata, kept in the task's history and sent
+        // back: parsed, cloned, stored and serialized on a connection thread.
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"text":"hi"}}],"metadata":{{"n":{}{}}}}},"configuration":{{"returnImmediately":true}}}}}}"#,
+            "[".repeat(depth.min(120)),
+            "]".repeat(depth.min(120))
+        );
+        let r = post(d.local_addr(), Some(TOKEN), Some("1.0"), &body);
+        assert_eq!(r.status, 200, "{depth}");
+        assert!(r.json()["result"]["task"]["id"].is_string(), "{}", r.body);
+    }
+    let v = rpc(d.local_addr(), &get_task("x"));
+    assert_eq!(v["error"]["code"], -32001);
 }
 
 #[test]

@@ -37,10 +37,13 @@
 //! | `acceptedOutputModes` none of which the card's output modes (or `*/*`, `text/*`) match | -32005 | ErrorInfo `CONTENT_TYPE_NOT_SUPPORTED` |
 //! | body over [`DoorLimits::max_body_bytes`] | HTTP 413, -32600 `Payload too large`, id null | none |
 //!
-//! HTTP-level answers with an empty body: 401 (token), 404 (other paths), 405 (other
-//! methods), 408 (request not complete within [`DoorLimits::read_timeout`]), 411 (POST
-//! without `Content-Length`), 431 (head too large), 501 (chunked request body), 503
-//! (accept queue full).
+//! HTTP-level answers with an empty body: 400 (not HTTP/1.x as the server reads it,
+//! e.g. a bare CR in the head; bare LF line endings are accepted), 401 (token), 404
+//! (other paths), 405 (other methods), 408 (head not complete within
+//! [`DoorLimits::head_timeout`], request not complete within
+//! [`DoorLimits::read_timeout`]), 411 (POST without `Content-Length`), 431 (head too
+//! large), 501 (chunked request body), 503 (over [`DoorLimits::max_connections`] or
+//! [`DoorLimits::max_pending_heads_per_ip`]).
 
 pub mod book;
 mod rpc;
@@ -99,6 +102,23 @@ pub enum CancelError {
 }
 
 /// The limits a door enforces on its peers. Every field says its default.
+///
+/// Every connection is served by its own thread (stack
+/// [`server::CONNECTION_STACK_BYTES`]), so a slow client holds only its own thread;
+/// what bounds the threads, the memory and the time a peer may hold them is here:
+///
+/// | limit | default | beyond it |
+/// |---|---|---|
+/// | [`max_connections`](Self::max_connections) | 256 | HTTP 503, closed |
+/// | [`max_pending_heads_per_ip`](Self::max_pending_heads_per_ip) | 64 | HTTP 503, closed |
+/// | [`head_timeout`](Self::head_timeout) | 5 s | HTTP 408, closed (no answer if nothing came) |
+/// | [`read_timeout`](Self::read_timeout) | 10 s | HTTP 408, closed |
+/// | [`idle_timeout`](Self::idle_timeout) | 5 s | closed |
+/// | [`write_timeout`](Self::write_timeout) | 10 s | closed |
+/// | [`max_header_bytes`](Self::max_header_bytes) | 16 KiB (and 100 headers) | HTTP 431, closed |
+/// | [`max_body_bytes`](Self::max_body_bytes) | 1 MiB | HTTP 413, closed |
+/// | [`max_blocking_sends`](Self::max_blocking_sends) | 4 | answered at once |
+/// | [`send_wait`](Self::send_wait) | 300 s | answered with the task as it is |
 #[derive(Debug, Clone)]
 pub struct DoorLimits {
     /// The largest request body, in bytes. Defaults to 1 MiB. A request declaring more
@@ -108,27 +128,39 @@ pub struct DoorLimits {
     /// The largest request line plus headers, in bytes. Defaults to 16 KiB; more gets
     /// HTTP 431 and the connection is closed.
     pub max_header_bytes: usize,
+    /// How long a request line and headers may take to arrive: from the connection's
+    /// acceptance for its first request, from the first byte for a later request on a
+    /// kept-alive connection. Defaults to 5 seconds, and is never longer than
+    /// [`read_timeout`](Self::read_timeout). A slower client gets HTTP 408 and is
+    /// dropped; a connection that sent nothing at all is closed without an answer.
+    pub head_timeout: Duration,
     /// How long a whole request (request line, headers and body) may take to arrive
-    /// once its first byte came. Defaults to 10 seconds; a slower client is dropped
-    /// (HTTP 408 when it can still be told), so it holds a worker at most this long.
+    /// once it began. Defaults to 10 seconds; a slower client is dropped (HTTP 408
+    /// when it can still be told).
     pub read_timeout: Duration,
     /// How long an idle keep-alive connection is kept waiting for its next request.
-    /// Defaults to 5 seconds; connections waiting for a worker close idle connections
-    /// at once.
+    /// Defaults to 5 seconds; while more than half of
+    /// [`max_connections`](Self::max_connections) are open, idle connections close
+    /// at once (within 200 ms).
     pub idle_timeout: Duration,
     /// How long a write of a response may block. Defaults to 10 seconds.
     pub write_timeout: Duration,
-    /// Worker threads serving connections. Defaults to 8.
-    pub workers: usize,
-    /// Accepted connections waiting for a worker. Defaults to 64; beyond that a new
-    /// connection gets HTTP 503 and is closed.
-    pub queue: usize,
+    /// Connections served at once, each by its own thread. Defaults to 256; a
+    /// connection beyond that gets HTTP 503 (`Retry-After: 1`) and is closed. At least 1.
+    pub max_connections: usize,
+    /// Connections from one peer IP address that have not sent a whole request head
+    /// yet (fresh connections, and kept-alive ones in the middle of a head). Defaults
+    /// to 64; one more gets HTTP 503 and is closed, so one address trickling heads
+    /// (slowloris) holds at most this many of
+    /// [`max_connections`](Self::max_connections). At least 1.
+    pub max_pending_heads_per_ip: usize,
     /// How long a blocking `SendMessage` (no `returnImmediately`) waits for the task to
     /// end before answering with the task as it is. Defaults to 300 seconds.
     pub send_wait: Duration,
-    /// How many blocking `SendMessage` calls may wait at once. Defaults to half the
-    /// workers (at least 1); beyond that a blocking call answers at once, as if
-    /// `returnImmediately` were set, so waiting never starves `GetTask`.
+    /// How many blocking `SendMessage` calls may wait at once. Defaults to 4 (at least
+    /// 1); beyond that a blocking call answers at once, as if `returnImmediately` were
+    /// set, so waiting callers never hold more than this many connection threads for
+    /// long.
     pub max_blocking_sends: usize,
     /// `Cache-Control` of the agent card. Defaults to `public, max-age=300`.
     pub card_cache_control: String,
@@ -139,11 +171,12 @@ impl Default for DoorLimits {
         DoorLimits {
             max_body_bytes: 1024 * 1024,
             max_header_bytes: 16 * 1024,
+            head_timeout: Duration::from_secs(5),
             read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
-            workers: 8,
-            queue: 64,
+            max_connections: 256,
+            max_pending_heads_per_ip: 64,
             send_wait: Duration::from_secs(300),
             max_blocking_sends: 4,
             card_cache_control: "public, max-age=300".to_string(),
@@ -166,7 +199,7 @@ pub enum DoorError {
     /// A thread could not be spawned.
     #[error("cannot start door thread: {0}")]
     Spawn(std::io::Error),
-    /// The limits are unusable (zero workers, zero body size, …).
+    /// The limits are unusable (zero connections, zero body size, …).
     #[error("invalid door limits: {0}")]
     Limits(String),
 }
@@ -191,10 +224,17 @@ impl Door {
         handler: Arc<dyn TaskHandler>,
         limits: DoorLimits,
     ) -> Result<Door, DoorError> {
-        if limits.workers == 0 || limits.max_body_bytes == 0 || limits.max_header_bytes < 256 {
+        if limits.max_connections == 0
+            || limits.max_pending_heads_per_ip == 0
+            || limits.max_body_bytes == 0
+            || limits.max_header_bytes < 256
+        {
             return Err(DoorError::Limits(format!(
-                "workers {}, max_body_bytes {}, max_header_bytes {} (at least 1, 1, 256)",
-                limits.workers, limits.max_body_bytes, limits.max_header_bytes
+                "max_connections {}, max_pending_heads_per_ip {}, max_body_bytes {}, max_header_bytes {} (at least 1, 1, 1, 256)",
+                limits.max_connections,
+                limits.max_pending_heads_per_ip,
+                limits.max_body_bytes,
+                limits.max_header_bytes
             )));
         }
         let listener = std::net::TcpListener::bind(listen).map_err(|source| DoorError::Bind {

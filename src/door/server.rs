@@ -1,33 +1,52 @@
 //! A small blocking HTTP/1.1 server on `std::net`, with the limits a door needs and
-//! tiny_http lacks: a deadline for a whole request, a bounded worker pool and a bounded
-//! accept queue, a header and a body size cap.
+//! tiny_http lacks: a deadline for a request head and for a whole request, one
+//! small-stack thread per connection under a global cap, a cap per peer address on
+//! connections that have not sent a whole request head yet, a header and a body size
+//! cap.
 //!
 //! What it serves is a [`Service`]; the door's is the A2A JSON-RPC app. Supported:
 //! `Content-Length` bodies (no chunked requests: 501), keep-alive and pipelining on
-//! HTTP/1.1, `Expect: 100-continue`. One worker serves one connection at a time.
+//! HTTP/1.1, `Expect: 100-continue`, CRLF or bare LF line endings in the head (RFC
+//! 9112 §2.2). A bare CR inside a head line is answered 400.
+//!
+//! Why a thread per connection: a client that trickles its head a byte at a time
+//! holds only its own thread, never one another client needs, so a well-behaved client
+//! is served at once while slow ones wait out their deadline (the slowloris case).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, TrySendError};
+use parking_lot::Mutex;
 
 use super::DoorLimits;
 
 /// How many headers a request may carry.
 const MAX_HEADERS: usize = 100;
 
-/// How long an idle wait sleeps between looks at the queue and the stop flag.
+/// How long a blocking read sleeps at most between looks at the stop flag (and, while
+/// idle, at the connection count).
 const IDLE_SLICE: Duration = Duration::from_millis(200);
 
 /// How long, and how many bytes, a connection closed early is drained, so the client
 /// reads the answer instead of a reset.
 const DRAIN_TIME: Duration = Duration::from_secs(2);
 const DRAIN_BYTES: usize = 8 * 1024 * 1024;
+
+/// The stack of one connection thread, in bytes: 512 KiB. A JSON body nested to
+/// serde_json's recursion limit (128) needs about 300 KiB in a debug build (parsed,
+/// cloned, stored and serialized back); 256 KiB overflowed, which aborts the
+/// process. Only the pages a thread touches are resident.
+pub const CONNECTION_STACK_BYTES: usize = 512 * 1024;
+
+/// How long the accept thread pauses after a failed `accept` (e.g. out of file
+/// descriptors), so an error that repeats does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(20);
 
 /// A parsed request line and headers.
 #[derive(Debug, Clone)]
@@ -103,11 +122,77 @@ pub trait Service: Send + Sync + 'static {
     fn call(&self, head: &Head, body: Vec<u8>, stop: &AtomicBool) -> Response;
 }
 
-/// A running server: an accept thread and a pool of workers.
+/// What the accept thread and every connection thread share.
+struct Shared {
+    service: Arc<dyn Service>,
+    limits: DoorLimits,
+    stop: AtomicBool,
+    /// Connection threads running now.
+    conns: AtomicUsize,
+    /// Per peer address: connections that have not sent a whole request head yet.
+    /// At most one entry per live connection.
+    pending: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Shared {
+    /// `true` when more than half of [`DoorLimits::max_connections`] are in use: an
+    /// idle keep-alive connection then closes, leaving room for new ones.
+    fn crowded(&self) -> bool {
+        self.conns.load(Ordering::SeqCst) > self.limits.max_connections / 2
+    }
+}
+
+/// A connection counted against [`DoorLimits::max_pending_heads_per_ip`] until its
+/// request head is complete; dropping it gives the count back.
+struct PendingSlot {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl PendingSlot {
+    fn take(shared: &Arc<Shared>, ip: IpAddr) -> Option<PendingSlot> {
+        let mut map = shared.pending.lock();
+        let n = map.entry(ip).or_insert(0);
+        if *n >= shared.limits.max_pending_heads_per_ip {
+            if *n == 0 {
+                map.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(PendingSlot {
+            shared: shared.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        let mut map = self.shared.pending.lock();
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Counts a connection thread in [`Shared::conns`] while it lives.
+struct ConnGuard(Arc<Shared>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.conns.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A running server: an accept thread and one thread per connection.
 pub struct Server {
     local: SocketAddr,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
 }
 
 impl Server {
@@ -122,77 +207,21 @@ impl Server {
         service: Arc<dyn Service>,
     ) -> io::Result<Server> {
         let local = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let idle = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = crossbeam_channel::bounded::<TcpStream>(limits.queue.max(1));
-        let limits = Arc::new(limits);
-        let mut threads = Vec::with_capacity(limits.workers + 1);
-        for i in 0..limits.workers {
-            let (wrx, wservice, wlimits, wstop, widle) = (
-                rx.clone(),
-                service.clone(),
-                limits.clone(),
-                stop.clone(),
-                idle.clone(),
-            );
-            let h = std::thread::Builder::new()
-                .name(format!("door-worker-{i}"))
-                .spawn(move || {
-                    let pool = Pool {
-                        queue: &wrx,
-                        idle: &widle,
-                    };
-                    worker(pool, &*wservice, &wlimits, &wstop)
-                });
-            match h {
-                Ok(h) => threads.push(h),
-                Err(e) => {
-                    stop.store(true, Ordering::SeqCst);
-                    drop(tx);
-                    for t in threads {
-                        let _ = t.join();
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let (accept_stop, accept_limits) = (stop.clone(), limits.clone());
+        let shared = Arc::new(Shared {
+            service,
+            limits,
+            stop: AtomicBool::new(false),
+            conns: AtomicUsize::new(0),
+            pending: Mutex::new(HashMap::new()),
+        });
+        let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("door-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if accept_stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(stream) = conn else { continue };
-                    match tx.try_send(stream) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(mut s)) => {
-                            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                            let mut r = Response::empty(503);
-                            r.headers.push(("Retry-After", "1".into()));
-                            r.close = true;
-                            let _ = write_response(&mut s, &r, false);
-                        }
-                        Err(TrySendError::Disconnected(_)) => break,
-                    }
-                }
-                drop(accept_limits);
-            });
-        match accept {
-            Ok(h) => threads.push(h),
-            Err(e) => {
-                stop.store(true, Ordering::SeqCst);
-                for t in threads {
-                    let _ = t.join();
-                }
-                return Err(e);
-            }
-        }
+            .spawn(move || accept_loop(&listener, &s))?;
         Ok(Server {
             local,
-            stop,
-            threads,
+            shared,
+            accept: Some(accept),
         })
     }
 
@@ -201,13 +230,13 @@ impl Server {
         self.local
     }
 
-    /// Stops accepting, lets each worker finish its current request, joins all
+    /// Stops accepting, lets each connection finish its current request, joins all
     /// threads. Idempotent.
     pub fn shutdown(&mut self) {
-        if self.threads.is_empty() {
+        let Some(accept) = self.accept.take() else {
             return;
-        }
-        self.stop.store(true, Ordering::SeqCst);
+        };
+        self.shared.stop.store(true, Ordering::SeqCst);
         // Wake the accept thread with a connection of our own.
         let mut wake = self.local;
         if wake.ip().is_unspecified() {
@@ -217,57 +246,96 @@ impl Server {
             });
         }
         let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        for t in self.threads.drain(..) {
-            if t.join().is_err() {
-                log::error!("door thread panicked");
+        if accept.join().is_err() {
+            log::error!("door accept thread panicked");
+        }
+    }
+}
+
+/// Accepts until the server stops, one thread per connection within the caps; joins
+/// every connection thread before it returns.
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let limits = &shared.limits;
+    let mut live: Vec<JoinHandle<()>> = Vec::new();
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                log::debug!("door: accept failed: {e}");
+                std::thread::sleep(ACCEPT_ERROR_PAUSE);
+                continue;
+            }
+        };
+        // Join the threads that ended, so `live` holds at most max_connections.
+        let (ended, running): (Vec<_>, Vec<_>) = live.drain(..).partition(|h| h.is_finished());
+        live = running;
+        for h in ended {
+            if h.join().is_err() {
+                log::error!("door connection thread panicked");
             }
         }
-    }
-}
-
-/// The accept queue and how many workers wait on it.
-#[derive(Clone, Copy)]
-struct Pool<'a> {
-    queue: &'a Receiver<TcpStream>,
-    idle: &'a AtomicUsize,
-}
-
-impl Pool<'_> {
-    /// `true` when a connection waits and no worker is free to take it: a worker then
-    /// gives up its idle keep-alive connection.
-    fn crowded(&self) -> bool {
-        !self.queue.is_empty() && self.idle.load(Ordering::SeqCst) == 0
-    }
-
-    fn next(&self) -> Option<TcpStream> {
-        self.idle.fetch_add(1, Ordering::SeqCst);
-        let s = self.queue.recv().ok();
-        self.idle.fetch_sub(1, Ordering::SeqCst);
-        s
-    }
-}
-
-fn worker(pool: Pool<'_>, service: &dyn Service, limits: &DoorLimits, stop: &AtomicBool) {
-    while let Some(stream) = pool.next() {
-        if stop.load(Ordering::SeqCst) {
-            continue; // drain the queue without serving; dropping closes
+        if live.len() >= limits.max_connections {
+            log::debug!("door: {} connections open; refusing one", live.len());
+            refuse(stream);
+            continue;
         }
-        let peer = stream.peer_addr().ok();
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            serve_connection(stream, service, limits, stop, pool)
-        }));
-        if r.is_err() {
-            log::error!("door: a request from {peer:?} panicked; connection dropped");
+        let ip = stream
+            .peer_addr()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
+        let Some(pending) = PendingSlot::take(shared, ip) else {
+            log::debug!(
+                "door: {ip} has too many connections without a whole request head; refusing one"
+            );
+            refuse(stream);
+            continue;
+        };
+        shared.conns.fetch_add(1, Ordering::SeqCst);
+        let guard = ConnGuard(shared.clone());
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("door-conn".into())
+            .stack_size(CONNECTION_STACK_BYTES)
+            .spawn(move || {
+                let _guard = guard;
+                let peer = stream.peer_addr().ok();
+                let r = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &s, pending)));
+                if r.is_err() {
+                    log::error!("door: a request from {peer:?} panicked; connection dropped");
+                }
+            });
+        match spawned {
+            Ok(h) => live.push(h),
+            // The closure (stream, slot and guard) is dropped: the connection closes.
+            Err(e) => log::error!("door: cannot start a connection thread: {e}"),
         }
     }
+    for h in live {
+        if h.join().is_err() {
+            log::error!("door connection thread panicked");
+        }
+    }
+}
+
+/// HTTP 503 with `Retry-After: 1`, then close. Written on the accept thread: a fresh
+/// socket's send buffer takes it at once, and the write is bounded by 1 s anyway.
+fn refuse(mut s: TcpStream) {
+    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut r = Response::empty(503);
+    r.headers.push(("Retry-After", "1".into()));
+    r.close = true;
+    let _ = write_response(&mut s, &r, false);
+    let _ = s.shutdown(Shutdown::Write);
 }
 
 /// Why reading a request stopped.
 #[derive(Debug)]
 enum ReadError {
-    /// The peer closed, or never sent a byte before the idle wait ended.
+    /// The peer closed, the server stops, or no byte came before the idle wait ended.
     Closed,
-    /// The request did not arrive in time (after its first byte).
+    /// The request did not arrive in time.
     Timeout,
     /// The head exceeded the header limit.
     TooLarge,
@@ -275,27 +343,49 @@ enum ReadError {
     Bad(&'static str),
 }
 
-fn serve_connection(
-    mut stream: TcpStream,
-    service: &dyn Service,
-    limits: &DoorLimits,
-    stop: &AtomicBool,
-    pool: Pool<'_>,
-) {
+fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: PendingSlot) {
+    let limits = &shared.limits;
+    let service = &*shared.service;
+    let stop = &shared.stop;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(limits.write_timeout));
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    // A fresh connection must send its whole first head within the head deadline of
+    // being accepted; it holds its pending slot meanwhile.
+    let mut pending = Some(pending);
+    let mut start = Some(Instant::now());
     loop {
-        // Wait for the first byte of the next request, giving up the connection when
-        // others wait for a worker or the server stops.
-        if buf.is_empty() {
-            match wait_first_byte(&mut stream, &mut buf, limits.idle_timeout, stop, pool) {
+        // Wait for the first byte of the next request on a kept-alive connection,
+        // giving it up when the server is crowded or stops.
+        if buf.is_empty() && start.is_none() {
+            match wait_first_byte(&mut stream, &mut buf, limits.idle_timeout, shared) {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return,
             }
         }
-        let deadline = Instant::now() + limits.read_timeout;
-        let head_len = match read_head(&mut stream, &mut buf, limits.max_header_bytes, deadline) {
+        let begun = start.take().unwrap_or_else(Instant::now);
+        // Counted against max_pending_heads_per_ip until the head is complete.
+        let slot = match pending.take() {
+            Some(p) => p,
+            None => {
+                let ip = stream
+                    .peer_addr()
+                    .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
+                match PendingSlot::take(shared, ip) {
+                    Some(p) => p,
+                    None => return answer_and_close(stream, 503),
+                }
+            }
+        };
+        let deadline = begun + limits.read_timeout;
+        let head_deadline = begun + limits.head_timeout.min(limits.read_timeout);
+        let head_len = match read_head(
+            &mut stream,
+            &mut buf,
+            limits.max_header_bytes,
+            head_deadline,
+            stop,
+        ) {
             Ok(n) => n,
             Err(ReadError::Closed) => return,
             Err(ReadError::Timeout) => return answer_and_close(stream, 408),
@@ -305,6 +395,7 @@ fn serve_connection(
                 return answer_and_close(stream, 400);
             }
         };
+        drop(slot);
         let head = match parse_head(&buf[..head_len]) {
             Ok(h) => h,
             Err(ReadError::TooLarge) => return answer_and_close(stream, 431),
@@ -354,14 +445,14 @@ fn serve_connection(
         {
             return;
         }
-        match read_body(&mut stream, &mut buf, length, deadline) {
+        match read_body(&mut stream, &mut buf, length, deadline, stop) {
             Ok(()) => {}
             Err(ReadError::Timeout) => return answer_and_close(stream, 408),
             Err(_) => return,
         }
         let body: Vec<u8> = buf.drain(..length).collect();
         let mut r = service.call(&head, body, stop);
-        r.close |= !keep_alive(&head) || stop.load(Ordering::SeqCst) || pool.crowded();
+        r.close |= !keep_alive(&head) || stop.load(Ordering::SeqCst) || shared.crowded();
         let close = r.close;
         if write_response(&mut stream, &r, false).is_err() || close {
             return close_gracefully(stream, false);
@@ -370,19 +461,17 @@ fn serve_connection(
 }
 
 /// `Ok(true)` once `buf` holds at least one byte; `Ok(false)` when the peer closed,
-/// the idle time passed, others wait for a worker and none is free, or the server
-/// stops.
+/// the idle time passed, the server is crowded, or it stops.
 fn wait_first_byte(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     idle: Duration,
-    stop: &AtomicBool,
-    pool: Pool<'_>,
+    shared: &Shared,
 ) -> io::Result<bool> {
     let end = Instant::now() + idle;
     let mut chunk = [0u8; 8192];
     loop {
-        if stop.load(Ordering::SeqCst) {
+        if shared.stop.load(Ordering::SeqCst) {
             return Ok(false);
         }
         let now = Instant::now();
@@ -399,7 +488,7 @@ fn wait_first_byte(
                 return Ok(true);
             }
             Err(e) if is_timeout(&e) => {
-                if pool.crowded() {
+                if shared.crowded() {
                     return Ok(false);
                 }
             }
@@ -409,24 +498,33 @@ fn wait_first_byte(
     }
 }
 
-/// Reads until `buf` holds a whole head; its length including the blank line.
+/// Reads until `buf` holds a whole head; its length including the blank line. Lines
+/// may end in CRLF or a bare LF. A connection that sent nothing before `deadline`
+/// is [`ReadError::Closed`] (nothing to answer), one that sent part of a head is
+/// [`ReadError::Timeout`].
 fn read_head(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     max: usize,
     deadline: Instant,
+    stop: &AtomicBool,
 ) -> Result<usize, ReadError> {
     let mut scanned: usize = 0;
     loop {
         if scanned == 0 {
             // Skip empty lines before a request line (RFC 9112 §2.2).
-            while buf.starts_with(b"\r\n") {
-                buf.drain(..2);
-            }
+            let blank = buf
+                .iter()
+                .position(|b| *b != b'\r' && *b != b'\n')
+                .unwrap_or(buf.len());
+            let blank = buf[..blank]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            buf.drain(..blank);
         }
-        let start = scanned.saturating_sub(3).min(buf.len());
-        if let Some(i) = find(&buf[start..], b"\r\n\r\n") {
-            let end = start + i + 4;
+        let from = scanned.saturating_sub(2).min(buf.len());
+        if let Some(end) = head_end(buf, from) {
             if end > max {
                 return Err(ReadError::TooLarge);
             }
@@ -436,8 +534,28 @@ fn read_head(
         if buf.len() > max {
             return Err(ReadError::TooLarge);
         }
-        read_more(stream, buf, deadline)?;
+        match read_more(stream, buf, deadline, stop) {
+            Err(ReadError::Timeout) if buf.is_empty() => return Err(ReadError::Closed),
+            r => r?,
+        }
     }
+}
+
+/// The end of a head in `buf` (just past its blank line), looking at line ends from
+/// `from` on: an LF followed by an empty line, `\n\n` or `\n\r\n`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i < buf.len() {
+        if buf[i] == b'\n' {
+            match (buf.get(i + 1), buf.get(i + 2)) {
+                (Some(b'\n'), _) => return Some(i + 2),
+                (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
 }
 
 fn read_body(
@@ -445,27 +563,36 @@ fn read_body(
     buf: &mut Vec<u8>,
     length: usize,
     deadline: Instant,
+    stop: &AtomicBool,
 ) -> Result<(), ReadError> {
     while buf.len() < length {
-        read_more(stream, buf, deadline)?;
+        read_more(stream, buf, deadline, stop)?;
     }
     Ok(())
 }
 
-/// One read, bounded by `deadline`.
+/// One read, bounded by `deadline`; [`ReadError::Closed`] once the server stops.
 fn read_more(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     deadline: Instant,
+    stop: &AtomicBool,
 ) -> Result<(), ReadError> {
     let mut chunk = [0u8; 16384];
     loop {
+        if stop.load(Ordering::SeqCst) {
+            return Err(ReadError::Closed);
+        }
         let now = Instant::now();
         if now >= deadline {
             return Err(ReadError::Timeout);
         }
         stream
-            .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))))
+            .set_read_timeout(Some(
+                (deadline - now)
+                    .min(IDLE_SLICE)
+                    .max(Duration::from_millis(1)),
+            ))
             .map_err(|_| ReadError::Closed)?;
         match stream.read(&mut chunk) {
             Ok(0) => return Err(ReadError::Closed),
@@ -482,7 +609,14 @@ fn read_more(
 
 fn parse_head(bytes: &[u8]) -> Result<Head, ReadError> {
     let text = std::str::from_utf8(bytes).map_err(|_| ReadError::Bad("head is not utf-8"))?;
-    let mut lines = text.split("\r\n");
+    if text
+        .bytes()
+        .zip(text.bytes().skip(1).chain(Some(b'\n')))
+        .any(|(b, next)| b == b'\r' && next != b'\n')
+    {
+        return Err(ReadError::Bad("bare CR in the head"));
+    }
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let line = lines.next().ok_or(ReadError::Bad("no request line"))?;
     let mut it = line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
@@ -632,10 +766,6 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,6 +793,11 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+        let h = parse_head(b"POST / HTTP/1.1\nHost: a\r\nContent-Length: 3\n\n").unwrap();
+        assert_eq!(h.header("host"), Some("a"));
+        assert_eq!(h.header("content-length"), Some("3"));
+        assert!(parse_head(b"GET / HTTP/1.1\rHost: a\n\n").is_err());
+        assert!(parse_head(b"GET / HTTP/1.1\nHost: a\rb\n\n").is_err());
         let h = parse_head(b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n")
             .unwrap();
         assert!(content_length(&h).is_err());
@@ -671,5 +806,15 @@ mod tests {
         let h = parse_head(b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n")
             .unwrap();
         assert!(content_length(&h).is_err());
+    }
+
+    #[test]
+    fn a_head_ends_at_an_empty_line_in_either_ending() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nbody", 0), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nbody", 0), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nA: b\r\n\n", 0), Some(22));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\r\n", 0), Some(17));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n", 0), None);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r", 0), None);
     }
 }
