@@ -714,3 +714,119 @@ fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
     assert_eq!(ends[0]["exit_status"], "canceled");
     assert_eq!(trace.last().unwrap()["type"], "session_end");
 }
+
+/// A member's door in front of its board, with the session played by the test: the
+/// door URL, the board and the session's inbox.
+fn member_door() -> (
+    Door,
+    Arc<mur::formation::board::Board>,
+    crossbeam_channel::Receiver<mur::formation::board::Incoming>,
+) {
+    use mur::formation::board::Board;
+    use mur::formation::wire::MemberHandler;
+    let (board, inbox) = Board::new(mur::manifest::TaskAcceptance::Reject);
+    let board = Arc::new(board);
+    let door = Door::start(
+        "127.0.0.1:0".parse().unwrap(),
+        "member-token".into(),
+        Arc::new(MemberHandler::new(board.clone(), "worker", "works")),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    (door, board, inbox)
+}
+
+/// `GetTask` over raw HTTP: the `result` object exactly as the door wrote it.
+fn raw_get_task(door: &Door, id: &str) -> String {
+    use std::io::{Read, Write};
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string();
+    let mut s = std::net::TcpStream::connect(door.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "POST / HTTP/1.1\r\nAuthorization: Bearer member-token\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1;
+    let v: Value = serde_json::from_str(body).unwrap();
+    serde_json::to_string(&v["result"]["status"]).unwrap()
+}
+
+#[test]
+fn a_terminal_member_task_reads_byte_identical_status_after_cancel_complete_or_fail() {
+    use mur::a2a::A2aClient;
+    use mur::formation::board::Final;
+    use mur::formation::link::State;
+
+    let (door, board, inbox) = member_door();
+    let client = A2aClient::new(door.url(), "member-token");
+    let finals = [
+        ("canceled", None),
+        (
+            "completed",
+            Some(Final {
+                state: State::Completed,
+                message: None,
+                answer: Some("the answer".into()),
+                no_answer: false,
+                no_answer_below: vec![],
+            }),
+        ),
+        (
+            "failed",
+            Some(Final {
+                state: State::Failed,
+                message: Some("it broke".into()),
+                answer: None,
+                no_answer: false,
+                no_answer_below: vec![],
+            }),
+        ),
+    ];
+    for (case, end) in finals {
+        let t = client.send_message(case, None, true).unwrap();
+        let inc = inbox.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(board.start(&inc.id));
+        board.status(&inc.id, "working on it");
+        let ended = match end {
+            None => {
+                // The session ends the task once the cancel reaches it.
+                let b = board.clone();
+                let session = std::thread::spawn(move || {
+                    let _ = inc.cancel.recv_timeout(Duration::from_secs(5));
+                    b.finish(
+                        &inc.id,
+                        Final {
+                            state: State::Canceled,
+                            message: Some("canceled by request".into()),
+                            answer: None,
+                            no_answer: false,
+                            no_answer_below: vec![],
+                        },
+                    );
+                });
+                let c = client.cancel_task(&t.id).unwrap();
+                session.join().unwrap();
+                c
+            }
+            Some(f) => {
+                board.finish(&inc.id, f);
+                client.get_task(&t.id).unwrap()
+            }
+        };
+        assert!(ended.is_terminal(), "{case}");
+        std::thread::sleep(Duration::from_millis(20));
+        let first = raw_get_task(&door, &t.id);
+        std::thread::sleep(Duration::from_millis(20));
+        let second = raw_get_task(&door, &t.id);
+        assert_eq!(first, second, "{case}: the status changed between reads");
+        assert_eq!(
+            serde_json::to_string(&ended.status).unwrap(),
+            first,
+            "{case}: the first answer and a later read differ"
+        );
+        // The whole task reads the same too (artifact ids included).
+        let a = serde_json::to_value(client.get_task(&t.id).unwrap()).unwrap();
+        let b = serde_json::to_value(client.get_task(&t.id).unwrap()).unwrap();
+        assert_eq!(a, b, "{case}");
+    }
+}

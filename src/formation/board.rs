@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::link::{Snapshot, State};
+use super::link::{Snapshot, State, StatusStamp};
 use crate::manifest::TaskAcceptance;
 use crate::tools::call_member::BUSY_MESSAGE;
 
@@ -143,10 +143,10 @@ impl Board {
             answer: None,
             no_answer: false,
             no_answer_below: Vec::new(),
+            stamp: Some(StatusStamp::now()),
         };
         if let Some(m) = refuse {
-            snap.state = State::Rejected;
-            snap.message = Some(m.to_string());
+            snap.set_status(State::Rejected, Some(m.to_string()));
             g.tasks.insert(
                 id.clone(),
                 Rec {
@@ -181,8 +181,8 @@ impl Board {
             g.running = None;
             g.queued.retain(|q| q != &id);
             if let Some(r) = g.tasks.get_mut(&id) {
-                r.snap.state = State::Rejected;
-                r.snap.message = Some(CLOSING_MESSAGE.into());
+                r.snap
+                    .set_status(State::Rejected, Some(CLOSING_MESSAGE.into()));
                 r.cancel = None;
                 snap = r.snap.clone();
             }
@@ -202,7 +202,8 @@ impl Board {
         if r.snap.state.is_terminal() {
             return false;
         }
-        r.snap.state = State::Working;
+        let message = r.snap.message.clone();
+        r.snap.set_status(State::Working, message);
         g.running = Some(id.to_string());
         self.changed.notify_all();
         true
@@ -214,18 +215,19 @@ impl Board {
         let mut g = self.inner.lock();
         if let Some(r) = g.tasks.get_mut(id) {
             if !r.snap.state.is_terminal() {
-                r.snap.message = Some(message.to_string());
+                let state = r.snap.state.clone();
+                r.snap.set_status(state, Some(message.to_string()));
             }
         }
         self.changed.notify_all();
     }
 
-    /// The session ended `id`.
+    /// The session ended `id`. A task already terminal (e.g. failed by
+    /// [`Board::fail_all`]) keeps its status.
     pub fn finish(&self, id: &str, f: Final) {
         let mut g = self.inner.lock();
-        if let Some(r) = g.tasks.get_mut(id) {
-            r.snap.state = f.state;
-            r.snap.message = f.message;
+        if let Some(r) = g.tasks.get_mut(id).filter(|r| !r.snap.state.is_terminal()) {
+            r.snap.set_status(f.state, f.message);
             r.snap.answer = f.answer;
             r.snap.no_answer = f.no_answer;
             r.snap.no_answer_below = f.no_answer_below;
@@ -261,8 +263,8 @@ impl Board {
         }
         r.cancel = None; // disconnects the session's cancel receiver
         if queued {
-            r.snap.state = State::Canceled;
-            r.snap.message = Some("canceled before it started".into());
+            r.snap
+                .set_status(State::Canceled, Some("canceled before it started".into()));
             let snap = r.snap.clone();
             g.queued.retain(|q| q != id);
             self.changed.notify_all();
@@ -302,8 +304,10 @@ impl Board {
         let queued: Vec<String> = g.queued.drain(..).collect();
         for id in queued {
             if let Some(r) = g.tasks.get_mut(&id) {
-                r.snap.state = State::Canceled;
-                r.snap.message = Some("the member's session closed".into());
+                r.snap.set_status(
+                    State::Canceled,
+                    Some("the member's session closed before the task started".into()),
+                );
                 r.cancel = None;
             }
         }
@@ -320,8 +324,7 @@ impl Board {
         for id in ids {
             if let Some(r) = g.tasks.get_mut(&id) {
                 if !r.snap.state.is_terminal() {
-                    r.snap.state = State::Failed;
-                    r.snap.message = Some(message.to_string());
+                    r.snap.set_status(State::Failed, Some(message.to_string()));
                 }
                 r.cancel = None;
             }

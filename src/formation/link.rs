@@ -74,6 +74,42 @@ pub struct Snapshot {
     pub no_answer: bool,
     /// `metadata.murmur.noAnswerBelow`, `(member, status)`, as sent.
     pub no_answer_below: Vec<(String, String)>,
+    /// When the status (state and message) was last set, and its message's id;
+    /// `None` for a snapshot no one stamped (a door then stamps it as it answers).
+    pub stamp: Option<StatusStamp>,
+}
+
+impl Snapshot {
+    /// Sets the state and status message; a change (and only a change) stamps the
+    /// status anew, so every read of an unchanged status, above all a terminal one,
+    /// answers the same timestamp and message id.
+    pub fn set_status(&mut self, state: State, message: Option<String>) {
+        if self.stamp.is_none() || self.state != state || self.message != message {
+            self.stamp = Some(StatusStamp::now());
+        }
+        self.state = state;
+        self.message = message;
+    }
+}
+
+/// The A2A `status.timestamp` and `status.message.messageId` of a status, fixed when
+/// the status is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusStamp {
+    /// RFC 3339 UTC with microseconds, e.g. `2026-11-30T15:48:54.031120Z`.
+    pub timestamp: String,
+    /// `msg_` + a lowercase ULID.
+    pub message_id: String,
+}
+
+impl StatusStamp {
+    /// A stamp for a status set now.
+    pub fn now() -> StatusStamp {
+        StatusStamp {
+            timestamp: crate::a2a::types::timestamp_now(),
+            message_id: format!("msg_{}", ulid::Ulid::new().to_string().to_lowercase()),
+        }
+    }
 }
 
 /// Why a door could not be used.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::board::{Board, Origin};
-use super::link::{Link, LinkError, SendMeta, Snapshot, State};
+use super::link::{Link, LinkError, SendMeta, Snapshot, State, StatusStamp};
 use crate::a2a::types::{
     AgentCard, AgentSkill, Artifact, Message, MurmurMetadata, NoAnswerBelow, Task, TaskState,
     TaskStatus,
@@ -49,9 +49,21 @@ fn state_of(s: &State) -> TaskState {
 }
 
 /// A board snapshot as an A2A task (`metadata.murmur` for a no-answer task).
+///
+/// The status carries the snapshot's stamp (timestamp and message id), and the answer
+/// artifact an id made from the task id, so two reads of an unchanged task, above all
+/// a terminal one, are byte-identical. A snapshot without a stamp is stamped now.
 pub fn to_task(s: &Snapshot) -> Task {
-    let mut status = TaskStatus::now(state_of(&s.state));
-    status.message = s.message.as_ref().map(|m| Message::agent(m.clone()));
+    let stamp = s.stamp.clone().unwrap_or_else(StatusStamp::now);
+    let status = TaskStatus {
+        state: state_of(&s.state),
+        message: s.message.as_ref().map(|m| {
+            let mut msg = Message::agent(m.clone());
+            msg.message_id = stamp.message_id.clone();
+            msg
+        }),
+        timestamp: Some(stamp.timestamp),
+    };
     let mut t = Task {
         id: s.id.clone(),
         context_id: s.id.clone(),
@@ -59,7 +71,11 @@ pub fn to_task(s: &Snapshot) -> Task {
         artifacts: s
             .answer
             .as_ref()
-            .map(|a| vec![Artifact::text("answer", a.clone())])
+            .map(|a| {
+                let mut art = Artifact::text("answer", a.clone());
+                art.artifact_id = format!("art_{}", s.id.strip_prefix("tsk_").unwrap_or(&s.id));
+                vec![art]
+            })
             .unwrap_or_default(),
         history: Vec::new(),
         metadata: None,
@@ -92,6 +108,15 @@ pub fn from_task(t: &Task) -> Snapshot {
             .into_iter()
             .map(|b| (b.member, b.status))
             .collect(),
+        stamp: t.status.timestamp.clone().map(|timestamp| StatusStamp {
+            timestamp,
+            message_id: t
+                .status
+                .message
+                .as_ref()
+                .map(|m| m.message_id.clone())
+                .unwrap_or_default(),
+        }),
     }
 }
 
@@ -263,6 +288,7 @@ mod tests {
             answer: None,
             no_answer: true,
             no_answer_below: vec![("critic".into(), "no_answer".into())],
+            stamp: Some(StatusStamp::now()),
         };
         let t = to_task(&s);
         let v = serde_json::to_value(&t).unwrap();
@@ -273,5 +299,10 @@ mod tests {
             json!([{"member": "critic", "status": "no_answer"}])
         );
         assert_eq!(from_task(&t), s);
+        assert_eq!(
+            to_task(&s),
+            t,
+            "an unchanged snapshot reads the same every time"
+        );
     }
 }
