@@ -430,6 +430,45 @@ fn malformed_json_is_a_parse_error_with_null_id() {
 }
 
 #[test]
+fn a_lone_surrogate_escape_is_a_parse_error_that_says_so() {
+    let d = door();
+    for (body, column) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\ud800"}}"#,
+            60,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x\udc00"}}"#,
+            61,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\uD800\u0041"}}"#,
+            60,
+        ),
+    ] {
+        let r = post(d.local_addr(), Some(TOKEN), Some("1.0"), body);
+        let v = r.json();
+        assert_error(&v, &Value::Null, -32700, None);
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("Invalid JSON: unpaired UTF-16 surrogate escape \\u"),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("at line 1 column {column}")), "{msg}");
+        assert!(!msg.contains("end of hex escape"), "{msg}");
+    }
+    // A pair is fine.
+    let v = rpc(
+        d.local_addr(),
+        &serde_json::from_str(
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\ud83d\ude00"}}"#,
+        )
+        .unwrap(),
+    );
+    assert_error(&v, &json!(1), -32001, Some("TASK_NOT_FOUND"));
+}
+
+#[test]
 fn batches_and_invalid_requests_are_invalid_request() {
     let d = door();
     let a = d.local_addr();

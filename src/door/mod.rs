@@ -24,7 +24,7 @@
 //!
 //! | case | code | `error.data` |
 //! |---|---|---|
-//! | body is not JSON | -32700, id null | none |
+//! | body is not JSON | -32700, id null, `Invalid JSON: …`; a `\uD800`–`\uDFFF` escape without its other half is named with its line and column (serde_json cannot hold it, where the SDK answers -32602) | none |
 //! | a batch, a non-object, `jsonrpc` not `"2.0"`, no `method`, an id that is not a string, number or null | -32600 (id null when the id itself is bad or the body is a batch) | none |
 //! | unknown method, 0.3's `message/send`, `tasks/get`, `tasks/cancel` | -32601 `Method not found` | none |
 //! | A2A 1.0 methods not served (`SendStreamingMessage`, `ListTasks`, push configs, …) | -32004 | ErrorInfo `UNSUPPORTED_OPERATION` |

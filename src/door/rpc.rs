@@ -118,7 +118,7 @@ impl App {
             Err(e) => {
                 return jsonrpc::failure(
                     &Value::Null,
-                    &RpcError::plain(jsonrpc::PARSE_ERROR, e.to_string()),
+                    &RpcError::plain(jsonrpc::PARSE_ERROR, parse_error_message(body, &e)),
                 )
             }
         };
@@ -482,6 +482,67 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// The -32700 message for a body serde_json refused. serde_json refuses a `\uD800`
+/// –`\uDFFF` escape that is not half of a surrogate pair, and says so in words that
+/// mislead (e.g. `unexpected end of hex escape` for `"\ud800"`); such a body gets a
+/// message naming the escape and where it is. Any other body gets serde_json's message.
+fn parse_error_message(body: &[u8], e: &serde_json::Error) -> String {
+    match unpaired_surrogate(body) {
+        Some((at, unit)) => {
+            let line = 1 + body[..at].iter().filter(|b| **b == b'\n').count();
+            let column = at
+                - body[..at]
+                    .iter()
+                    .rposition(|b| *b == b'\n')
+                    .map_or(0, |i| i + 1)
+                + 1;
+            format!(
+                "Invalid JSON: unpaired UTF-16 surrogate escape \\u{unit:04x} in a string at line {line} column {column}; a JSON string must encode Unicode text, and a surrogate escape needs its other half right after it"
+            )
+        }
+        None => format!("Invalid JSON: {e}"),
+    }
+}
+
+/// The byte offset and code unit of the first `\uXXXX` escape inside a JSON string
+/// that is a surrogate without its other half, if there is one. One pass over `body`.
+fn unpaired_surrogate(body: &[u8]) -> Option<(usize, u16)> {
+    let hex4 = |at: usize| -> Option<u16> {
+        let h = body.get(at..at + 4)?;
+        u16::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
+    };
+    let escape = |at: usize| -> Option<u16> {
+        (body.get(at) == Some(&b'\\') && body.get(at + 1) == Some(&b'u'))
+            .then(|| hex4(at + 2))
+            .flatten()
+    };
+    let mut in_string = false;
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => in_string = !in_string,
+            b'\\' if in_string => {
+                let Some(unit) = escape(i) else {
+                    i += 2; // any other escape: skip the escaped byte
+                    continue;
+                };
+                match unit {
+                    0xD800..=0xDBFF => match escape(i + 6) {
+                        Some(0xDC00..=0xDFFF) => i += 12,
+                        _ => return Some((i, unit)),
+                    },
+                    0xDC00..=0xDFFF => return Some((i, unit)),
+                    _ => i += 6,
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Compares without stopping at the first difference (the length still shows).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -503,6 +564,34 @@ mod tests {
                 .map(|v| vec![("a2a-version".to_string(), v.to_string())])
                 .unwrap_or_default(),
         }
+    }
+
+    #[test]
+    fn unpaired_surrogates_are_found_and_pairs_are_not() {
+        assert_eq!(unpaired_surrogate(br#"{"a":"\ud800"}"#), Some((6, 0xd800)));
+        assert_eq!(
+            unpaired_surrogate(br#"{"a":"x\uDC00y"}"#),
+            Some((7, 0xdc00))
+        );
+        assert_eq!(
+            unpaired_surrogate(br#"{"a":"\ud800\u0041"}"#),
+            Some((6, 0xd800))
+        );
+        assert_eq!(unpaired_surrogate(br#"{"a":"\ud83d\ude00 \\ud800"}"#), None);
+        assert_eq!(
+            unpaired_surrogate(br#"{"a":"\"\ud800"}"#),
+            Some((8, 0xd800))
+        );
+        assert_eq!(unpaired_surrogate(br#"{"a":"\ud8"}"#), None);
+        assert_eq!(unpaired_surrogate(b"\\ud800"), None, "outside a string");
+        let body = b"{\n \"id\": \"\\ud800\"}";
+        let e = serde_json::from_slice::<Value>(body).unwrap_err();
+        assert_eq!(
+            parse_error_message(body, &e),
+            "Invalid JSON: unpaired UTF-16 surrogate escape \\ud800 in a string at line 2 column 9; a JSON string must encode Unicode text, and a surrogate escape needs its other half right after it"
+        );
+        let e = serde_json::from_slice::<Value>(b"[1,").unwrap_err();
+        assert!(parse_error_message(b"[1,", &e).starts_with("Invalid JSON: "));
     }
 
     #[test]
