@@ -667,6 +667,31 @@ fn ids_are_echoed_unchanged() {
 }
 
 #[test]
+fn a_notification_is_served_and_answered_with_id_null_as_the_sdk_does() {
+    // The a2a-sdk 1.3 server answers a request without `id` (a JSON-RPC notification)
+    // like any other, with `id: null`, and serves it: so does the door.
+    let d = door_with(Echo::new(0, 0), DoorLimits::default());
+    let mut req = send("note", true);
+    req.as_object_mut().unwrap().remove("id");
+    let v = rpc(d.local_addr(), &req);
+    assert_eq!(v["jsonrpc"], "2.0");
+    assert!(v.as_object().unwrap().contains_key("id"), "{v}");
+    assert_eq!(v["id"], Value::Null);
+    let id = v["result"]["task"]["id"]
+        .as_str()
+        .expect("a task")
+        .to_string();
+    let v = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "method": "GetTask", "params": {"id": id}}),
+    );
+    assert_eq!(v["id"], Value::Null);
+    assert_eq!(v["result"]["id"], id.as_str());
+    let v = rpc(d.local_addr(), &json!({"jsonrpc": "2.0", "method": "Nope"}));
+    assert_error(&v, &Value::Null, -32601, None);
+}
+
+#[test]
 fn a_body_over_the_limit_is_413_with_a_jsonrpc_error() {
     let limits = DoorLimits {
         max_body_bytes: 1024,

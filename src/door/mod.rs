@@ -18,6 +18,13 @@
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
 //! Limits are in [`DoorLimits`].
 //!
+//! Notifications: JSON-RPC 2.0 says a request without `id` is a notification the
+//! server must not answer. The door does what the a2a-sdk 1.3 server does (checked
+//! against it): it serves the request and answers it like any other, with `id: null`
+//! (HTTP 200, a result or an error). An HTTP request needs an HTTP answer anyway, A2A
+//! clients always send an id, and a client that sent a notification by mistake learns
+//! what happened rather than reading an empty 204.
+//!
 //! Errors, checked in the order a2a-sdk 1.3 checks them; all are HTTP 200 JSON-RPC
 //! errors echoing the request `id` (string, number or null; a missing id is answered
 //! as null) unless said otherwise:
