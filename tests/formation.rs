@@ -10,7 +10,9 @@ use crossbeam_channel::{bounded, Sender};
 use serde_json::{json, Value};
 use support::Formation;
 
-use mur::a2a::types::{AgentCard, Message, Task, TaskState, TaskStatus};
+use std::sync::atomic::Ordering;
+
+use mur::a2a::types::{AgentCard, Artifact, Message, Task, TaskState, TaskStatus};
 use mur::door::{CancelError, Door, DoorLimits, TaskHandler};
 
 const STARTED_NOTE: &str = "Its answer is not in this result and no tool fetches it: the runtime adds it to this conversation after you end your turn. Unless you still have work to hand to a different member, end your turn now by replying without calling a tool.";
@@ -379,6 +381,8 @@ fn the_last_allowed_turn_does_not_wait_and_an_early_answer_is_refused_a_second_c
 struct Peer {
     mode: &'static str,
     submitted: Sender<()>,
+    offers: std::sync::atomic::AtomicUsize,
+    reads: std::sync::atomic::AtomicUsize,
 }
 
 fn task(id: &str, state: TaskState, msg: Option<&str>) -> Task {
@@ -397,13 +401,34 @@ fn task(id: &str, state: TaskState, msg: Option<&str>) -> Task {
 impl TaskHandler for Peer {
     fn submit(&self, _m: Message) -> Task {
         let _ = self.submitted.send(());
+        let n = self.offers.fetch_add(1, Ordering::SeqCst) + 1;
         match self.mode {
             "rejected" => task("t1", TaskState::Rejected, Some("task rejected: not today")),
+            // SUBMITTED at once, then busy on GetTask, for the first two offers.
+            "late-busy" if n <= 2 => task(&format!("t{n}"), TaskState::Submitted, None),
+            "late-busy" => task(&format!("t{n}"), TaskState::Working, None),
             _ => task("t1", TaskState::Working, None),
         }
     }
     fn get(&self, id: &str) -> Option<Task> {
+        let read = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
         match self.mode {
+            // Another task id on every read, completed.
+            "shifting" => {
+                let mut t = task(&format!("other{read}"), TaskState::Completed, None);
+                t.artifacts.push(Artifact::text("answer", "NOT-YOURS"));
+                Some(t)
+            }
+            "late-busy" if id == "t1" || id == "t2" => Some(task(
+                id,
+                TaskState::Rejected,
+                Some("task rejected: capsule is busy"),
+            )),
+            "late-busy" => {
+                let mut t = task(id, TaskState::Completed, None);
+                t.artifacts.push(Artifact::text("answer", "LATE-OK"));
+                Some(t)
+            }
             "unknown" => Some(task(
                 id,
                 TaskState::Unknown("TASK_STATE_BOGUS".into()),
@@ -431,6 +456,8 @@ fn peer_formation(mode: &'static str) -> (Formation, Door, crossbeam_channel::Re
         Arc::new(Peer {
             mode,
             submitted: tx,
+            offers: Default::default(),
+            reads: Default::default(),
         }),
         DoorLimits::default(),
     )
@@ -458,6 +485,71 @@ fn a_peer_with_an_unknown_task_state_ends_the_call_failed_without_looping() {
         .as_str()
         .unwrap()
         .starts_with("[call-member] call mcl_"));
+}
+
+#[test]
+fn a_peer_answering_get_task_with_another_task_id_fails_the_call() {
+    let (f, _door, _rx) = peer_formation("shifting");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let start = lead.one("member_call_start");
+    assert_eq!(start["member_task"], "t1");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed", "{}", run.dump());
+    let out = mc["output"].as_str().unwrap();
+    assert!(
+        out.starts_with("odd's door answered an error: door http://127.0.0.1:")
+            && out.ends_with(
+                "broke the protocol: GetTask asked for task t1 and was answered task other1"
+            ),
+        "{out}"
+    );
+    assert_eq!(mc["member_task"], "t1");
+    assert!(!lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .contains("NOT-YOURS"));
+}
+
+#[test]
+fn a_peer_that_takes_an_offer_then_shows_it_rejected_busy_is_offered_again() {
+    let (f, _door, _rx) = peer_formation("late-busy");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    // The tool call saw offer 1 taken: started, with its task id.
+    let tc = &lead.records("tool_call")[0];
+    let id = tc["member_call_id"].as_str().unwrap();
+    assert_eq!(tc["content"], started_text(id, "odd", "t1"));
+    // Offers 1 and 2 were taken, then turned away busy; offer 3 answered.
+    let starts = lead.records("member_call_start");
+    let tasks: Vec<&Value> = starts.iter().map(|r| &r["member_task"]).collect();
+    assert_eq!(tasks, [&json!("t1"), &json!("t2"), &json!("t3")]);
+    let offers: Vec<&Value> = starts.iter().map(|r| &r["offer"]).collect();
+    assert_eq!(offers, [&json!(1), &json!(2), &json!(3)]);
+    let busy = lead.records("member_call_busy");
+    let offers: Vec<&Value> = busy.iter().map(|r| &r["offer"]).collect();
+    assert_eq!(offers, [&json!(1), &json!(2)]);
+    assert!(busy
+        .iter()
+        .all(|r| r["call_id"] == id && r["member"] == "odd"));
+    // The busy schedule: the second offer 1 s after the first refusal, the third 2 s
+    // after the second (plus up to 250 ms jitter each).
+    let gap = |a: &Value, b: &Value| ms(&b["ts"]).duration_since(ms(&a["ts"])).unwrap();
+    let g1 = gap(&busy[0], &starts[1]);
+    let g2 = gap(&busy[1], &starts[2]);
+    assert!(
+        g1 >= Duration::from_millis(1000) && g1 < Duration::from_millis(1900),
+        "{g1:?}"
+    );
+    assert!(
+        g2 >= Duration::from_millis(2000) && g2 < Duration::from_millis(2900),
+        "{g2:?}"
+    );
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "completed", "{}", run.dump());
+    assert_eq!(mc["output"], "LATE-OK");
 }
 
 #[test]

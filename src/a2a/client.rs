@@ -165,8 +165,8 @@ impl A2aClient {
     ///
     /// # Errors
     ///
-    /// Any [`ClientError`]; a door that answers with a Message instead of a Task is a
-    /// [`ClientError::Protocol`].
+    /// Any [`ClientError`]; a door that answers with a Message instead of a Task, or
+    /// with a task whose id is missing or empty, is a [`ClientError::Protocol`].
     pub fn send_message(
         &self,
         text: &str,
@@ -196,14 +196,21 @@ impl A2aClient {
         });
         let result = self.call(jsonrpc::SEND_MESSAGE, params)?;
         match result {
-            Value::Object(mut m) => {
-                match m.remove("task") {
-                    Some(t) => self.task(t),
-                    None if m.contains_key("message") => Err(self
-                        .protocol("SendMessage answered with a message, not a task".to_string())),
-                    None => Err(self.protocol("SendMessage result has no task".to_string())),
+            Value::Object(mut m) => match m.remove("task") {
+                Some(t) => {
+                    let task = self.task(t)?;
+                    if task.id.is_empty() {
+                        return Err(self
+                            .protocol("SendMessage answered a task with an empty id".to_string()));
+                    }
+                    Ok(task)
                 }
-            }
+                None if m.contains_key("message") => {
+                    Err(self
+                        .protocol("SendMessage answered with a message, not a task".to_string()))
+                }
+                None => Err(self.protocol("SendMessage result has no task".to_string())),
+            },
             other => Err(self.protocol(format!(
                 "SendMessage result is not an object: {}",
                 quote(&other.to_string())
@@ -215,7 +222,9 @@ impl A2aClient {
     ///
     /// # Errors
     ///
-    /// Any [`ClientError`]; an unknown id is [`ClientError::Rpc`] with -32001.
+    /// Any [`ClientError`]; an unknown id is [`ClientError::Rpc`] with -32001; an
+    /// answer without a task id, or naming another task than `id`, is
+    /// [`ClientError::Protocol`].
     pub fn get_task(&self, id: &str) -> Result<Task, ClientError> {
         self.get_task_with_history(id, None)
     }
@@ -236,17 +245,18 @@ impl A2aClient {
             params.insert("historyLength".into(), json!(n));
         }
         let result = self.call(jsonrpc::GET_TASK, Value::Object(params))?;
-        self.task(result)
+        self.task_named(jsonrpc::GET_TASK, id, result)
     }
 
     /// `CancelTask`: the task as the door left it.
     ///
     /// # Errors
     ///
-    /// Any [`ClientError`]; -32001 unknown task, -32002 a task already terminal.
+    /// Any [`ClientError`]; -32001 unknown task, -32002 a task already terminal; an
+    /// answer naming another task than `id` is [`ClientError::Protocol`].
     pub fn cancel_task(&self, id: &str) -> Result<Task, ClientError> {
         let result = self.call(jsonrpc::CANCEL_TASK, json!({"id": id}))?;
-        self.task(result)
+        self.task_named(jsonrpc::CANCEL_TASK, id, result)
     }
 
     /// `GET /.well-known/agent-card.json` at the URL's origin (no token sent).
@@ -339,6 +349,20 @@ impl A2aClient {
         let text = v.to_string();
         serde_json::from_value(v)
             .map_err(|e| self.protocol(format!("result is not a task ({e}): {}", quote(&text))))
+    }
+
+    /// The task `method` answered for task `id`: another task's id is a protocol
+    /// error, as a missing id is.
+    fn task_named(&self, method: &str, id: &str, v: Value) -> Result<Task, ClientError> {
+        let task = self.task(v)?;
+        if task.id != id {
+            return Err(self.protocol(format!(
+                "{method} asked for task {} and was answered task {}",
+                quote(id),
+                quote(&task.id)
+            )));
+        }
+        Ok(task)
     }
 
     fn read_body(

@@ -8,6 +8,8 @@
 //! | re-offers | 1 s after the first refusal, doubling to 8 s, plus up to 250 ms jitter |
 //! | reads | `GetTask` every 500 ms |
 //! | unreachable | two offers, or two reads, in a row with no answer |
+//! | a read naming another task than the one asked for | the call ends failed (protocol error) |
+//! | a read showing the busy refusal of an offer answered SUBMITTED | `member_call_busy` for that offer, then offered again on the schedule above |
 //! | an offer in flight when the calling task ends | its answer is awaited up to 6 s |
 
 use std::sync::Arc;
@@ -85,6 +87,8 @@ pub enum Mode {
     Held {
         /// The member's task id.
         task_id: String,
+        /// Offers made so far, the one the member took included.
+        offers: u32,
     },
 }
 
@@ -203,12 +207,18 @@ enum Offer {
 /// once: its answer is read by the first `GetTask`), or ended.
 fn classify(snap: &Snapshot) -> Offer {
     match &snap.state {
-        State::Rejected if snap.message.as_deref().map(str::trim) == Some(BUSY_MESSAGE) => {
-            Offer::Busy
-        }
+        _ if is_busy_refusal(snap) => Offer::Busy,
         State::Submitted | State::Working | State::Completed => Offer::Held,
         _ => Offer::Ended,
     }
+}
+
+/// `TASK_STATE_REJECTED` with exactly the status message `task rejected: capsule is
+/// busy`: the only refusal offered again. A door may answer an offer SUBMITTED and
+/// show this refusal only on a later `GetTask` (an a2a-sdk agent creates every task
+/// SUBMITTED before its executor runs); that is the same refusal of the same offer.
+fn is_busy_refusal(snap: &Snapshot) -> bool {
+    snap.state == State::Rejected && snap.message.as_deref().map(str::trim) == Some(BUSY_MESSAGE)
 }
 
 /// Starts the poller thread of an outstanding call. It sends exactly one
@@ -341,14 +351,17 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                                     e.member_task = Some(snap.id);
                                     return e;
                                 }
-                                mode = Mode::Held { task_id: snap.id };
+                                mode = Mode::Held {
+                                    task_id: snap.id,
+                                    offers,
+                                };
                             }
                             Offer::Ended => return ctx.ending_of(&snap),
                         }
                     }
                 }
             }
-            Mode::Held { task_id } => {
+            Mode::Held { task_id, offers } => {
                 let left = ctx.deadline.saturating_duration_since(Instant::now());
                 select! {
                     recv(abandon) -> _ => {
@@ -362,6 +375,25 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                     recv(after(left.min(POLL_EVERY))) -> _ => {}
                 }
                 match ctx.link.get(&task_id) {
+                    Ok(snap) if snap.id != task_id => {
+                        let mut ended = ctx.ended(
+                            CallStatus::Failed,
+                            format!("{m}'s door broke the protocol: GetTask for task {task_id} answered task {}; the call ended failed", snap.id),
+                        );
+                        ended.member_task = Some(task_id);
+                        return ended;
+                    }
+                    Ok(snap) if is_busy_refusal(&snap) => {
+                        // The offer it took is turned away busy after all: offered
+                        // again on the busy schedule, as a refusal of the answer is.
+                        ctx.record_busy(offers);
+                        if offers > 1 {
+                            wait = (wait * 2).min(MAX_REOFFER);
+                        }
+                        mode = Mode::Busy { offers };
+                        unanswered = 0;
+                        continue;
+                    }
                     Ok(snap) if snap.state.is_terminal() => return ctx.ending_of(&snap),
                     Ok(_) => unanswered = 0,
                     Err(LinkError::Unreachable(e)) => {

@@ -1141,6 +1141,7 @@ impl Loop<'_> {
                 First::Started(task_id) => (
                     Some(Mode::Held {
                         task_id: task_id.clone(),
+                        offers: 1,
                     }),
                     Ok(call_member::started(&call_id, &member, &task_id)),
                 ),
