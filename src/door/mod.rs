@@ -64,7 +64,7 @@ pub use book::{TaskBook, TransitionError};
 
 use crate::a2a::types::{AgentCard, Message, Task};
 
-/// The task logic behind a door. The door calls it from its worker threads, so every
+/// The task logic behind a door. The door calls it from its connection threads, so every
 /// method must be quick except [`TaskHandler::wait_terminal`].
 pub trait TaskHandler: Send + Sync + 'static {
     /// A new task from `SendMessage`: accept it (a task in SUBMITTED or WORKING) or
