@@ -415,10 +415,16 @@ impl Supervisor {
     /// 3 s for them to finish. Returns the work ids whose leader was still running
     /// (a stop reached them).
     pub fn stop_all(&self) -> Vec<String> {
-        let all = self.all();
+        Self::stop_these(&self.all())
+    }
+
+    /// [`Supervisor::stop_all`] for the commands in `these` only (a canceled task's
+    /// own commands). Returns the work ids whose leader was still running.
+    pub fn stop_these(these: &[Arc<Running>]) -> Vec<String> {
+        let all = these;
         let mut stopped = Vec::new();
         let mut live = Vec::new();
-        for c in &all {
+        for c in all {
             if c.begin_stop() {
                 stopped.push(c.work_id.clone());
                 live.push(c.clone());
