@@ -938,3 +938,54 @@ fn under_queue_and_sleep_an_unreturned_exit_arrives_as_a_completion_task() {
     assert_eq!(end["stopped_commands"], json!([wid_c]));
     assert!(trace.iter().all(|r| r["type"] != "completion_dropped"));
 }
+
+/// The zombie children of `pid`, from `/proc/<child>/stat`.
+fn zombie_children(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let rest: Vec<&str> = stat[close + 2..].split(' ').collect();
+        if rest.len() > 1 && rest[0] == "Z" && rest[1] == pid.to_string() {
+            out.push(stat.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_setsid_escapee_that_exits_mid_session_is_reaped_at_once() {
+    // The escapee exits after 1 s; the session runs a 4 s command meanwhile.
+    let cmd = r#"setsid sh -c 'echo $$ > esc.pid; sleep 1' & while [ ! -s esc.pid ]; do sleep 0.05; done"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- tool_calls:\n    - {{name: sleep, input: {{args: [\"4\"]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh", "sleep"], "", &script);
+    let mut mur = spawn_mur(&c);
+    let esc = pid_in(&c, "esc.pid");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        mur.try_wait().unwrap().is_none(),
+        "the session ended too early"
+    );
+    assert_eq!(zombie_children(mur.id()), Vec::<String>::new());
+    assert!(
+        !Path::new(&format!("/proc/{esc}")).exists(),
+        "{esc} is left"
+    );
+    assert_eq!(mur.wait().unwrap().code(), Some(0));
+    let run = Run {
+        output: std::process::Output {
+            status: std::process::ExitStatus::default(),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        },
+        records: c.records.clone(),
+    };
+    assert!(run.records("survivor_killed").is_empty(), "{}", run.dump());
+}
