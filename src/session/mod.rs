@@ -3,6 +3,19 @@
 //! the model answers with no tool call, a turn's tool calls one at a time and in order,
 //! member calls and the continuation that delivers their answers, the deadline, the
 //! ceilings and every record of the session.
+//!
+//! # Completion tasks
+//!
+//! Under `task_acceptance: queue` with `after_task: sleep`, a background command
+//! outlives the task that started it, and its exit, when no tool result returned it,
+//! becomes a task of its own (origin `completion`, text
+//! [`crate::tools::background::completion_text`]) submitted to the session's board
+//! (spec, "background-command"). The session reads its supervisor's exit events
+//! between tasks only: an exit seen while a task runs waits for that task's end, so a
+//! background-command call in it can still return the exit and make the task
+//! unnecessary. A command the runtime stopped (a canceled task's, or any at the
+//! session's end) yields none. Under any other combination every command still
+//! running is stopped when its task ends.
 
 pub mod deadline;
 pub mod status;
