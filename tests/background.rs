@@ -989,3 +989,40 @@ fn a_setsid_escapee_that_exits_mid_session_is_reaped_at_once() {
     };
     assert!(run.records("survivor_killed").is_empty(), "{}", run.dump());
 }
+
+#[test]
+fn a_canceled_task_under_queue_and_sleep_stops_its_commands_and_gets_no_completion() {
+    use mur::a2a::types::TaskState;
+    let script = r#"
+- tool_calls: [{id: s, name: sh, input: {args: ["-c", "sleep 30"]}}]
+- tool_calls: [{name: background-command, input: {operation: wait, work_id: "${result.s.work_id}"}}]
+- text: never
+"#;
+    let c = Capsule::scripted(
+        &["sh"],
+        "task_acceptance: queue\nlifecycle:\n  shell_grace_secs: 1\n",
+        script,
+    );
+    let (mut door, client) = spawn_door(&c);
+    let t = client.send_message("t", None, true).unwrap();
+    await_records(&c, "tool_call", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let canceled = client.cancel_task(&t.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    let ends = await_records(&c, "task_end", 1);
+    let calls = await_records(&c, "tool_call", 1);
+    let wid = field(calls[0]["content"].as_str().unwrap(), "work_id");
+    assert_eq!(ends[0]["exit_status"], "canceled");
+    assert_eq!(ends[0]["phase"], "background_wait");
+    assert_eq!(ends[0]["stopped_commands"], json!([wid]));
+    std::thread::sleep(Duration::from_millis(500));
+    sigterm(door.id());
+    assert_eq!(door.wait().unwrap().code(), Some(0));
+    let trace = support::read_trace(&c.records);
+    assert_eq!(
+        trace.iter().filter(|r| r["type"] == "task_start").count(),
+        1,
+        "{trace:#?}"
+    );
+    assert_eq!(trace.last().unwrap()["stopped_commands"], json!([]));
+}
