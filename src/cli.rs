@@ -44,7 +44,9 @@ pub enum Command {
     ///
     /// Each SendMessage becomes a task of one long-lived session; a task arriving while
     /// one runs is refused with TASK_STATE_REJECTED and the status message "task
-    /// rejected: capsule is busy" (or queued under task_acceptance: queue). Every
+    /// rejected: capsule is busy" (or queued under task_acceptance: queue, where a
+    /// background command's exit no tool result returned also arrives as a
+    /// completion task). Every
     /// JSON-RPC request needs "Authorization: Bearer TOKEN"; the agent card at
     /// /.well-known/agent-card.json is public. The token is the first line of
     /// --token-file, else the environment variable MURMUR_DOOR_TOKEN; with neither,

@@ -175,11 +175,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         }
         None => staging::default_records_dir(&home, &dir, &staged.session_id),
     };
-    // Orphaned descendants (a command's `setsid` or double-forked children) come back
-    // to mur rather than to init, so the session's end can find, kill and reap them.
-    if let Err(e) = mur::exec::procs::become_subreaper() {
-        log::warn!("cannot become a child subreaper: {e}; processes that leave their command's group may outlive the session");
-    }
+    supervise();
     let shutdown = mur::signals::ShutdownHandle::new();
     mur::signals::start(shutdown.clone()).map_err(|e| Fail {
         code: EXIT_FAILED,
@@ -261,6 +257,19 @@ fn signals() -> Result<mur::signals::ShutdownHandle, Fail> {
     Ok(shutdown)
 }
 
+/// Orphaned descendants (a command's `setsid` or double-forked children) come back to
+/// mur rather than to init, so the session's end can find, kill and reap them; the
+/// orphan reaper reaps those that exit meanwhile (and, with mur as PID 1 in a
+/// container, every orphan of the container).
+fn supervise() {
+    if let Err(e) = mur::exec::procs::become_subreaper() {
+        log::warn!("cannot become a child subreaper: {e}; processes that leave their command's group may outlive the session");
+    }
+    if let Err(e) = mur::exec::orphans::start() {
+        log::warn!("cannot start the orphan reaper: {e}; processes that leave their command's group stay zombies until the session ends");
+    }
+}
+
 fn run_roster(args: RunArgs) -> Result<u8, Fail> {
     let task = read_task(&args)?;
     let deadline = args
@@ -274,6 +283,7 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
         None => None,
     };
     let shutdown = signals()?;
+    supervise();
     let opts = LaunchOptions {
         roster: args.roster.clone().unwrap_or_default(),
         task,
@@ -311,6 +321,7 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
         None => None,
     };
     let shutdown = signals()?;
+    supervise();
     launch::run_door(&args.capsule, args.listen, token, records_dir, &shutdown)
         .map_err(launch_error)?;
     Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })

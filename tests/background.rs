@@ -764,3 +764,265 @@ fn background_example_runs_offline() {
     assert_eq!(states, ["status running", "wait exited", "stop stopped"]);
     assert_eq!(run.one("task_end")["runningCommands"], json!([]));
 }
+
+/// A `mur door` serving `c` on an ephemeral loopback port, its client, and the child.
+fn spawn_door(c: &Capsule) -> (std::process::Child, mur::a2a::A2aClient) {
+    use std::io::{BufRead, BufReader};
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    (child, mur::a2a::A2aClient::new(url, "door-token"))
+}
+
+/// Polls the door's trace until it holds `n` records of type `kind`.
+fn await_records(c: &Capsule, kind: &str, n: usize) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let trace = if c.records.join("trace.jsonl").exists() {
+            support::read_trace(&c.records)
+        } else {
+            Vec::new()
+        };
+        let got: Vec<Value> = trace.into_iter().filter(|r| r["type"] == kind).collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "waited 30 s for {n} {kind} records, got {}",
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const COMPLETION_LAST_LINE: &str = "The whole output is in the log named on the output line. Act on this result if it calls for anything, then answer this task in text without calling a tool.";
+
+#[test]
+fn under_queue_and_sleep_an_unreturned_exit_arrives_as_a_completion_task() {
+    use mur::a2a::types::TaskState;
+    let script = r#"
+- tool_calls: [{id: a, name: sh, input: {args: ["-c", "sleep 2; echo built-a; exit 3"]}}]
+- text: A started
+- text: A handled
+- tool_calls: [{id: b, name: sh, input: {args: ["-c", "sleep 2; echo b"]}}]
+- tool_calls: [{name: background-command, input: {operation: wait, work_id: "${result.b.work_id}"}}]
+- text: B done
+- tool_calls: [{id: d, name: sh, input: {args: ["-c", "while [ ! -e go ]; do sleep 0.05; done; echo d-out"]}}]
+- tool_calls: [{name: sh, input: {args: ["-c", "touch go; sleep 0.5"]}}]
+- text: D done
+- text: E done
+- text: D handled
+- tool_calls: [{id: c, name: sh, input: {args: ["-c", "sleep 30"]}}]
+- text: C started
+"#;
+    let c = Capsule::scripted(
+        &["sh"],
+        "task_acceptance: queue\nlifecycle:\n  shell_grace_secs: 1\n",
+        script,
+    );
+    let (mut door, client) = spawn_door(&c);
+
+    // A: the command outlives its task; its exit arrives as a task of its own.
+    let ta = client.send_message("a", None, true).unwrap();
+    let ends = await_records(&c, "task_end", 2);
+    assert_eq!(ends[0]["task"], ta.id.as_str());
+    assert_eq!(ends[0]["exit_status"], "completed");
+    assert_eq!(ends[0]["runningCommands"].as_array().unwrap().len(), 1);
+    assert_eq!(ends[0]["stopped_commands"], json!([]));
+    let starts = await_records(&c, "task_start", 2);
+    let ca = &starts[1];
+    assert_eq!(ca["origin"], "completion");
+    let calls = await_records(&c, "tool_call", 1);
+    let wid_a = field(calls[0]["content"].as_str().unwrap(), "work_id");
+    let log_a = field(calls[0]["content"].as_str().unwrap(), "output");
+    assert_eq!(ca["work_id"], wid_a.as_str());
+    assert_eq!(ca["started_by"], ta.id.as_str());
+    let text = ca["text"].as_str().unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    assert_eq!(
+        first,
+        format!("[background-command] Command {wid_a} ([\"sh\",\"-c\",\"sleep 2; echo built-a; exit 3\"]), started by task {}, exited with exit_code 3 (status error) and no background-command call returned its exit, so its result arrives as this task:", ta.id)
+    );
+    assert!(rest.starts_with("<untrusted-content source=tool:background-command>\n"));
+    let p = parts(rest);
+    let elapsed = field(rest, "elapsed_secs");
+    assert_eq!(
+        p.head,
+        [
+            format!("work_id: {wid_a}"),
+            "state: exited".into(),
+            format!("elapsed_secs: {elapsed}"),
+            "exit_code: 3".into(),
+            "status: error".into(),
+            format!("output: {log_a}"),
+            "output_bytes: 8".into(),
+            "output_shown: all".into(),
+        ]
+    );
+    assert_eq!(p.body, "built-a\n");
+    assert_eq!(p.notes, [COMPLETION_LAST_LINE]);
+    assert_eq!(ends[1]["task"], ca["task"]);
+    assert_eq!(ends[1]["exit_status"], "completed");
+    let got = client.get_task(ca["task"].as_str().unwrap()).unwrap();
+    assert_eq!(got.status.state, TaskState::Completed);
+    assert_eq!(got.answer_text(), "A handled");
+    assert_eq!(client.get_task(&ta.id).unwrap().answer_text(), "A started");
+
+    // B: background-command wait returned the exit, so no completion task comes.
+    let tb = client.send_message("b", None, true).unwrap();
+    await_records(&c, "task_end", 3);
+    assert_eq!(client.get_task(&tb.id).unwrap().answer_text(), "B done");
+
+    // D exits while its own task runs; E, sent while D runs, is queued first, so D's
+    // completion task runs after E.
+    let td = client.send_message("d", None, true).unwrap();
+    await_records(&c, "task_start", 4);
+    let te = client.send_message("e", None, true).unwrap();
+    assert_eq!(te.status.state, TaskState::Submitted);
+    let ends = await_records(&c, "task_end", 6);
+    let starts = await_records(&c, "task_start", 6);
+    let origins: Vec<&str> = starts
+        .iter()
+        .map(|r| r["origin"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            "client",
+            "completion",
+            "client",
+            "client",
+            "client",
+            "completion"
+        ]
+    );
+    assert_eq!(starts[3]["task"], td.id.as_str());
+    assert_eq!(starts[4]["task"], te.id.as_str());
+    assert_eq!(starts[5]["started_by"], td.id.as_str());
+    assert!(starts[5]["text"]
+        .as_str()
+        .unwrap()
+        .contains("exited with exit_code 0 (status ok)"));
+    assert_eq!(ends[5]["exit_status"], "completed");
+
+    // C: a command still running at the session's end is stopped and yields none.
+    let tc = client.send_message("c", None, true).unwrap();
+    await_records(&c, "task_end", 7);
+    let calls = await_records(&c, "tool_call", 6);
+    let wid_c = field(
+        calls.last().unwrap()["content"].as_str().unwrap(),
+        "work_id",
+    );
+    assert_eq!(client.get_task(&tc.id).unwrap().answer_text(), "C started");
+    sigterm(door.id());
+    assert_eq!(door.wait().unwrap().code(), Some(0));
+    let trace = support::read_trace(&c.records);
+    let starts: Vec<&Value> = trace.iter().filter(|r| r["type"] == "task_start").collect();
+    assert_eq!(starts.len(), 7, "{trace:#?}");
+    let end = trace.last().unwrap();
+    assert_eq!(end["type"], "session_end");
+    assert_eq!(end["stopped_commands"], json!([wid_c]));
+    assert!(trace.iter().all(|r| r["type"] != "completion_dropped"));
+}
+
+/// The zombie children of `pid`, from `/proc/<child>/stat`.
+fn zombie_children(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let rest: Vec<&str> = stat[close + 2..].split(' ').collect();
+        if rest.len() > 1 && rest[0] == "Z" && rest[1] == pid.to_string() {
+            out.push(stat.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_setsid_escapee_that_exits_mid_session_is_reaped_at_once() {
+    // The escapee exits after 1 s; the session runs a 4 s command meanwhile.
+    let cmd = r#"setsid sh -c 'echo $$ > esc.pid; sleep 1' & while [ ! -s esc.pid ]; do sleep 0.05; done"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- tool_calls:\n    - {{name: sleep, input: {{args: [\"4\"]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh", "sleep"], "", &script);
+    let mut mur = spawn_mur(&c);
+    let esc = pid_in(&c, "esc.pid");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        mur.try_wait().unwrap().is_none(),
+        "the session ended too early"
+    );
+    assert_eq!(zombie_children(mur.id()), Vec::<String>::new());
+    assert!(
+        !Path::new(&format!("/proc/{esc}")).exists(),
+        "{esc} is left"
+    );
+    assert_eq!(mur.wait().unwrap().code(), Some(0));
+    let run = Run {
+        output: std::process::Output {
+            status: std::process::ExitStatus::default(),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        },
+        records: c.records.clone(),
+    };
+    assert!(run.records("survivor_killed").is_empty(), "{}", run.dump());
+}
+
+#[test]
+fn a_canceled_task_under_queue_and_sleep_stops_its_commands_and_gets_no_completion() {
+    use mur::a2a::types::TaskState;
+    let script = r#"
+- tool_calls: [{id: s, name: sh, input: {args: ["-c", "sleep 30"]}}]
+- tool_calls: [{name: background-command, input: {operation: wait, work_id: "${result.s.work_id}"}}]
+- text: never
+"#;
+    let c = Capsule::scripted(
+        &["sh"],
+        "task_acceptance: queue\nlifecycle:\n  shell_grace_secs: 1\n",
+        script,
+    );
+    let (mut door, client) = spawn_door(&c);
+    let t = client.send_message("t", None, true).unwrap();
+    await_records(&c, "tool_call", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let canceled = client.cancel_task(&t.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    let ends = await_records(&c, "task_end", 1);
+    let calls = await_records(&c, "tool_call", 1);
+    let wid = field(calls[0]["content"].as_str().unwrap(), "work_id");
+    assert_eq!(ends[0]["exit_status"], "canceled");
+    assert_eq!(ends[0]["phase"], "background_wait");
+    assert_eq!(ends[0]["stopped_commands"], json!([wid]));
+    std::thread::sleep(Duration::from_millis(500));
+    sigterm(door.id());
+    assert_eq!(door.wait().unwrap().code(), Some(0));
+    let trace = support::read_trace(&c.records);
+    assert_eq!(
+        trace.iter().filter(|r| r["type"] == "task_start").count(),
+        1,
+        "{trace:#?}"
+    );
+    assert_eq!(trace.last().unwrap()["stopped_commands"], json!([]));
+}

@@ -28,11 +28,15 @@
 //! sequence on every group at once, so stopping a thousand commands takes about as
 //! long as stopping one.
 //!
+//! Zombies that left their group are reaped while the session runs by the
+//! [`orphans`] reaper, which skips every group a reaper thread still waits on.
+//!
 //! Each command's environment carries `MURMUR_WORK_ID=<work id>` and, for a session's
 //! supervisor, `MURMUR_SESSION=<session id>`: a descendant that escapes the group
 //! (`setsid`, double fork) keeps them, so the session's end can name it
 //! ([`procs::sweep`]).
 
+pub mod orphans;
 pub mod output;
 pub mod procs;
 
@@ -331,6 +335,8 @@ impl Supervisor {
         if let Some(s) = &self.session {
             cmd.env("MURMUR_SESSION", s);
         }
+        // No orphan pass may see the leader before its group is registered.
+        let gate = orphans::spawn_guard();
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(source) => {
@@ -344,6 +350,8 @@ impl Supervisor {
         drop(cmd);
         let started = Instant::now();
         let pgid = child.id() as i32;
+        orphans::track(pgid);
+        drop(gate);
         // The reaper waits by pid; the std handle is not used to wait.
         drop(child);
         let state = Arc::new(Mutex::new(State::default()));
@@ -359,6 +367,7 @@ impl Supervisor {
         if let Err(source) = spawned {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = waitpid(Pid::from_raw(pgid), None);
+            orphans::untrack(pgid);
             return Err(SpawnError::Start {
                 binary: binary.clone(),
                 source,
@@ -415,10 +424,16 @@ impl Supervisor {
     /// 3 s for them to finish. Returns the work ids whose leader was still running
     /// (a stop reached them).
     pub fn stop_all(&self) -> Vec<String> {
-        let all = self.all();
+        Self::stop_these(&self.all())
+    }
+
+    /// [`Supervisor::stop_all`] for the commands in `these` only (a canceled task's
+    /// own commands). Returns the work ids whose leader was still running.
+    pub fn stop_these(these: &[Arc<Running>]) -> Vec<String> {
+        let all = these;
         let mut stopped = Vec::new();
         let mut live = Vec::new();
-        for c in &all {
+        for c in all {
             if c.begin_stop() {
                 stopped.push(c.work_id.clone());
                 live.push(c.clone());
@@ -505,5 +520,6 @@ fn reap(
             )),
         });
     }
+    orphans::untrack(pgid);
     drop(reaped_tx);
 }

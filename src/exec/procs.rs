@@ -172,7 +172,8 @@ pub const SWEEP_LIMIT: Duration = Duration::from_secs(3);
 
 /// Kills (SIGKILL) every live descendant of `mur` and reaps every zombie child, in
 /// rounds, until a round finds nothing to do or 3 s pass. Processes whose process
-/// group is in `skip_pgids` (groups a reaper still owns) are left alone, and, when
+/// group is in `skip_pgids` or that any group reaper still waits on
+/// ([`super::orphans::is_tracked`]) are left alone, and, when
 /// `session` is given, so are those whose `MURMUR_SESSION` names another session (a
 /// descendant with no `MURMUR_SESSION`, or one that cannot be read, is killed).
 /// Returns each process it killed, once.
@@ -184,13 +185,16 @@ pub fn sweep(session: Option<&str>, skip_pgids: &[i32]) -> Vec<Survivor> {
     loop {
         let mut acted = false;
         for p in descendants(me, &scan()) {
-            if skip_pgids.contains(&p.pgid) {
+            if skip_pgids.contains(&p.pgid) || super::orphans::is_tracked(p.pgid) {
                 continue;
             }
             if p.zombie {
                 if p.ppid == me {
+                    let _gate = super::orphans::reap_guard();
                     let flags = Some(WaitPidFlag::WNOHANG);
-                    if matches!(waitpid(Pid::from_raw(p.pid), flags), Ok(s) if s.pid().is_some()) {
+                    if !super::orphans::is_tracked(p.pgid)
+                        && matches!(waitpid(Pid::from_raw(p.pid), flags), Ok(s) if s.pid().is_some())
+                    {
                         acted = true;
                     }
                 }

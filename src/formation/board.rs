@@ -38,6 +38,18 @@ pub enum Origin {
     },
     /// Any other A2A client of the door.
     Client,
+    /// The runtime: a background command of this session exited and no
+    /// background-command call returned its exit (spec, "background-command"; only
+    /// under `task_acceptance: queue` with `after_task: sleep`).
+    Completion {
+        /// The command's work id, `wrk_<hex>`.
+        work_id: String,
+        /// The task that started the command, `tsk_…`.
+        started_by: String,
+        /// The trust class of the task that started the command, which this task
+        /// inherits.
+        trust: String,
+    },
 }
 
 impl Origin {
@@ -49,12 +61,25 @@ impl Origin {
         }
     }
 
-    /// `task_start.origin`: `command_line`, `peer` or `client`.
+    /// `task_start.origin`: `command_line`, `peer`, `client` or `completion`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Origin::CommandLine => "command_line",
             Origin::Member { .. } => "peer",
             Origin::Client => "client",
+            Origin::Completion { .. } => "completion",
+        }
+    }
+
+    /// The task's trust class, as `call-member` passes it on in
+    /// `metadata.murmur.trust`: `operator` for the command line, the caller's class for
+    /// a member's task, `peer` for any other client, and the starting task's class for
+    /// a completion task.
+    pub fn trust(&self) -> String {
+        match self {
+            Origin::CommandLine => "operator".into(),
+            Origin::Member { trust, .. } | Origin::Completion { trust, .. } => trust.clone(),
+            Origin::Client => "peer".into(),
         }
     }
 }

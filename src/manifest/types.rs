@@ -65,7 +65,7 @@
 //! | `lifecycle.done_check.command` | non-empty list of strings (argv), required | — | — | — |
 //! | `lifecycle.done_check.limit` | integer, required | — | reopens per task | `0`: never reopens |
 //! | `lifecycle.max_task_reopens` | integer | `3` | reopens per task | 3; `0`: no reopen |
-//! | `task_acceptance` | `reject` \| `queue` | `reject` | — | a busy session refuses new tasks |
+//! | `task_acceptance` | `reject` \| `queue` | `reject` | — | a busy session refuses new tasks; with `queue` and `after_task: sleep`, background commands outlive their task and an exit no tool result returned arrives as a completion task |
 //! | `after_task` | `sleep` \| `exit` | the launcher's (`exit` for `mur run`, `sleep` for a door) | — | the launcher's default |
 //! | `tools` | list of `scope/name[@version]` (distinct) | `[]` | — | no tool artifacts |
 //! | `skills` | list of `scope/name[@version]` (distinct) | `[]` | — | no skill artifacts |

@@ -3,11 +3,24 @@
 //! the model answers with no tool call, a turn's tool calls one at a time and in order,
 //! member calls and the continuation that delivers their answers, the deadline, the
 //! ceilings and every record of the session.
+//!
+//! # Completion tasks
+//!
+//! Under `task_acceptance: queue` with `after_task: sleep`, a background command
+//! outlives the task that started it, and its exit, when no tool result returned it,
+//! becomes a task of its own (origin `completion`, text
+//! [`crate::tools::background::completion_text`]) submitted to the session's board
+//! (spec, "background-command"). The session reads its supervisor's exit events
+//! between tasks only: an exit seen while a task runs waits for that task's end, so a
+//! background-command call in it can still return the exit and make the task
+//! unnecessary. A command the runtime stopped (a canceled task's, or any at the
+//! session's end) yields none. Under any other combination every command still
+//! running is stopped when its task ends.
 
 pub mod deadline;
 pub mod status;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -27,7 +40,7 @@ use crate::formation::{CallStatus, EndedCall};
 use crate::inference::{
     self, Arguments, Driver, DriverError, Message, Request, Response, ToolCall, ToolSpec,
 };
-use crate::manifest::{AfterTask, DriverChoice, DriverKind, Manifest};
+use crate::manifest::{AfterTask, DriverChoice, DriverKind, Manifest, TaskAcceptance};
 use crate::progress::Progress;
 use crate::records::Trace;
 use crate::signals::Shutdown;
@@ -165,6 +178,12 @@ struct Loop<'a> {
     board: Arc<Board>,
     driver: Option<Result<SharedDriver, String>>,
     calls: Calls,
+    /// Completion tasks are on: `task_acceptance: queue` with `after_task: sleep`.
+    /// Commands then outlive the task that started them (until the session ends or
+    /// that task is canceled), and each exit no tool result returned becomes a task.
+    completions: bool,
+    /// Each command's starting task and that task's origin, by work id.
+    owners: HashMap<String, (String, Origin)>,
 }
 
 /// The member calls of the running task.
@@ -246,14 +265,20 @@ pub fn run(
     let board = Arc::new(board);
     let first = board.submit(task, Origin::CommandLine);
     let records_dir = spec.records_dir.clone();
-    let mut end = serve(spec, board, inbox, AfterTask::Exit, shutdown, progress)?;
-    Ok(end.tasks.pop().unwrap_or(Outcome {
-        task_id: first.id,
-        status: ExitStatus::Canceled,
-        answer: None,
-        error: Some("interrupted by a signal before the task started".into()),
-        records_dir,
-    }))
+    let end = serve(spec, board, inbox, AfterTask::Exit, shutdown, progress)?;
+    // The command line's task decides, even when the capsule's `after_task: sleep`
+    // kept the session serving completion tasks after it.
+    Ok(end
+        .tasks
+        .into_iter()
+        .find(|o| o.task_id == first.id)
+        .unwrap_or(Outcome {
+            task_id: first.id,
+            status: ExitStatus::Canceled,
+            answer: None,
+            error: Some("interrupted by a signal before the task started".into()),
+            records_dir,
+        }))
 }
 
 /// Runs a session: takes tasks from `inbox` one after another (its board refuses or
@@ -337,20 +362,60 @@ pub fn serve(
         board: board.clone(),
         driver: None,
         calls: Calls::new(),
+        completions: after_task == AfterTask::Sleep
+            && spec.manifest.task_acceptance == TaskAcceptance::Queue,
+        owners: HashMap::new(),
     };
+    let exits = lp.supervisor.events().clone();
     let mut outcomes: Vec<Outcome> = Vec::new();
     loop {
+        // Exits seen while a task ran wait for its end (a background-command call in
+        // it may still return them); between tasks each one is dispatched at once.
+        while let Ok(ev) = exits.try_recv() {
+            lp.completion(ev);
+        }
         let deadline_rx = match &lp.deadline {
             Some(d) => after(d.instant.saturating_duration_since(Instant::now())),
             None => never(),
         };
         let inc = select! {
             recv(inbox) -> m => match m { Ok(i) => i, Err(_) => break },
+            recv(exits) -> ev => {
+                if let Ok(ev) = ev {
+                    lp.completion(ev);
+                }
+                continue;
+            }
             recv(lp.session_shutdown) -> _ => break,
             recv(deadline_rx) -> _ => break,
         };
         if !board.start(&inc.id) {
             continue;
+        }
+        if let Origin::Completion { work_id, .. } = &inc.origin {
+            match lp.supervisor.get(work_id) {
+                Some(c) if !c.exit_returned() => c.mark_exit_returned(),
+                _ => {
+                    // A task ahead of it in the queue returned the exit meanwhile.
+                    let why = format!("background-command returned the exit of {work_id} before this completion task started");
+                    trace.record(
+                        Some(&inc.id),
+                        "completion_dropped",
+                        fields! {"work_id" => work_id, "reason" => why},
+                    );
+                    board.finish(
+                        &inc.id,
+                        Final {
+                            state: State::Canceled,
+                            message: Some(why),
+                            answer: None,
+                            no_answer: false,
+                            no_answer_below: Vec::new(),
+                        },
+                    );
+                    continue;
+                }
+            }
         }
         let outcome = lp.run_one(inc, &out_dir);
         outcomes.push(outcome);
@@ -359,6 +424,17 @@ pub fn serve(
         }
     }
     board.close();
+    // Commands that outlived their task (completion tasks on) are stopped now, and
+    // what left their groups is killed; none of them becomes a completion task.
+    let stopped = lp.supervisor.stop_all();
+    for s in crate::exec::procs::sweep(Some(&spec.staged.session_id), &lp.supervisor.live_groups())
+    {
+        trace.record(
+            None,
+            "survivor_killed",
+            fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+        );
+    }
     // A task queued or handed over just before the close never runs.
     while let Ok(inc) = inbox.try_recv() {
         board.finish(
@@ -397,6 +473,7 @@ pub fn serve(
             "exit_status" => status.as_str(),
             "tasks" => outcomes.len(),
             "elapsed_secs" => session_start.elapsed().as_secs(),
+            "stopped_commands" => stopped,
         },
     );
     trace.close();
@@ -438,26 +515,61 @@ impl Loop<'_> {
         let stop = self.run_task(&inc.text);
         self.account_leftovers();
         drop(done_tx);
-        // Every path out stops what still runs.
+        for c in self.supervisor.all() {
+            self.owners
+                .entry(c.work_id.clone())
+                .or_insert_with(|| (self.task_id.clone(), self.origin.clone()));
+        }
         let running: Vec<Value> = self
             .supervisor
             .running()
             .iter()
             .map(|c| json!({"work_id": c.work_id, "argv": c.argv, "pgid": c.pgid}))
             .collect();
-        let stopped = self.supervisor.stop_all();
-        // Descendants that left their command's group (setsid, double fork) came back to
-        // mur as a child subreaper: the task's end kills them, and says so.
-        for s in crate::exec::procs::sweep(
-            Some(&self.spec.staged.session_id),
-            &self.supervisor.live_groups(),
-        ) {
-            self.trace.record(
-                Some(&self.task_id),
-                "survivor_killed",
-                fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
-            );
-        }
+        let session_ends = matches!(stop, Stop::Limit(ExitStatus::Deadline, _))
+            || self
+                .session_shutdown
+                .try_recv()
+                .is_err_and(|e| e.is_disconnected());
+        let stopped = if self.completions && !session_ends {
+            // Commands outlive the task; a canceled task's own are stopped, and a stop
+            // the runtime made yields no completion task.
+            if matches!(stop, Stop::Interrupted) {
+                let own: Vec<_> = self
+                    .supervisor
+                    .all()
+                    .into_iter()
+                    .filter(|c| {
+                        self.owners
+                            .get(&c.work_id)
+                            .is_some_and(|(t, _)| *t == self.task_id)
+                    })
+                    .collect();
+                let stopped = Supervisor::stop_these(&own);
+                for c in &own {
+                    c.mark_exit_returned();
+                }
+                stopped
+            } else {
+                Vec::new()
+            }
+        } else {
+            // Every path out stops what still runs.
+            let stopped = self.supervisor.stop_all();
+            // Descendants that left their command's group (setsid, double fork) came
+            // back to mur as a child subreaper: the task's end kills them, and says so.
+            for s in crate::exec::procs::sweep(
+                Some(&self.spec.staged.session_id),
+                &self.supervisor.live_groups(),
+            ) {
+                self.trace.record(
+                    Some(&self.task_id),
+                    "survivor_killed",
+                    fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+                );
+            }
+            stopped
+        };
         let (status, answer, error) = match stop {
             Stop::Answer(a) => (ExitStatus::Completed, Some(a), None),
             Stop::NoAnswer(r) => (ExitStatus::NoAnswer, None, Some(r)),
@@ -538,6 +650,43 @@ impl Loop<'_> {
         }
     }
 
+    /// Dispatches one command exit between tasks: with completion tasks on, an exit no
+    /// tool result returned, of a command the runtime did not stop, is submitted to the
+    /// board as a completion task (spec, "background-command"); anything else is only
+    /// logged.
+    fn completion(&mut self, ev: crate::exec::ExitEvent) {
+        log::debug!("{} exited: {}", ev.work_id, ev.exit.exit_code());
+        if !self.completions {
+            return;
+        }
+        let Some(c) = self.supervisor.get(&ev.work_id) else {
+            return;
+        };
+        if c.exit_returned() {
+            return;
+        }
+        let (started_by, origin) = self
+            .owners
+            .get(&ev.work_id)
+            .cloned()
+            .unwrap_or_else(|| (self.task_id.clone(), self.origin.clone()));
+        let text = tools::background::completion_text(&self.supervisor, &c, &started_by);
+        let snap = self.board.submit(
+            &text,
+            Origin::Completion {
+                work_id: ev.work_id.clone(),
+                started_by,
+                trust: origin.trust(),
+            },
+        );
+        log::info!(
+            "{} exited: completion task {} ({})",
+            ev.work_id,
+            snap.id,
+            snap.state.wire()
+        );
+    }
+
     fn driver(&mut self, choice: &DriverChoice) -> Result<SharedDriver, String> {
         let spec = self.spec;
         self.driver
@@ -565,7 +714,13 @@ impl Loop<'_> {
         self.trace.record(
             Some(&self.task_id),
             "task_start",
-            fields! {"text" => text, "origin" => self.origin.as_str(), "caller" => self.origin.caller()},
+            fields! {
+                "text" => text,
+                "origin" => self.origin.as_str(),
+                "caller" => self.origin.caller(),
+                "work_id" => match &self.origin { Origin::Completion { work_id, .. } => Some(work_id.clone()), _ => None },
+                "started_by" => match &self.origin { Origin::Completion { started_by, .. } => Some(started_by.clone()), _ => None },
+            },
         );
         // Debug builds only: a test's way to crash a session (tests/formation.rs).
         if cfg!(debug_assertions) {
@@ -582,11 +737,6 @@ impl Loop<'_> {
         let tools: Vec<ToolSpec> = spec.staged.inventory.iter().map(|t| t.spec()).collect();
         let mut messages = vec![Message::User(text.to_string())];
         loop {
-            // The dispatcher's feed of background exits: nothing consumes it until
-            // sessions take completion tasks, so it is drained to stay small.
-            while let Ok(ev) = self.supervisor.events().try_recv() {
-                log::debug!("{} exited: {}", ev.work_id, ev.exit.exit_code());
-            }
             if let Some(s) = self.check_stop() {
                 return s;
             }
@@ -1124,11 +1274,7 @@ impl Loop<'_> {
                 link: link.clone(),
                 meta: SendMeta {
                     caller: role.name.clone(),
-                    trust: match &self.origin {
-                        Origin::Member { trust, .. } => trust.clone(),
-                        Origin::CommandLine => "operator".into(),
-                        Origin::Client => "peer".into(),
-                    },
+                    trust: self.origin.trust(),
                 },
                 deadline: Instant::now() + role.call_deadline,
                 deadline_secs,

@@ -35,6 +35,37 @@
 //!
 //! Refusals ([`parse`]) write no `background_command` record; each answered call
 //! writes one.
+//!
+//! # Completion tasks
+//!
+//! Under `task_acceptance: queue` with `after_task: sleep`, a command whose exit no
+//! tool result returned (no background-command `status`, `wait` or `stop` saw it
+//! exited, and it did not end inside its own shell call) arrives as a task of its own,
+//! origin `completion`, queued on the session's board like any other task (spec,
+//! "background-command"). Its text is [`completion_text`]: one runtime line naming the
+//! command, how it ended and the task that started it; then exactly what a `status`
+//! call would return, fenced under `tool:background-command`, with the same notes
+//! after the fence; then one closing line:
+//!
+//! ```text
+//! [background-command] Command wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2 (["sh","-c","make"]), started by task tsk_01k4m2y7xq8f9v3n5r7t9w1c2e, exited with exit_code 2 (status error) and no background-command call returned its exit, so its result arrives as this task:
+//! <untrusted-content source=tool:background-command>
+//! work_id: wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2
+//! state: exited
+//! elapsed_secs: 312
+//! exit_code: 2
+//! status: error
+//! output: /abs/records/…/logs/wrk_0199a3f1c2d47e8ab5c6d7e8f9a0b1c2.log
+//! output_bytes: 48213
+//! output_shown: last 16384 bytes
+//!
+//! <the last 16384 bytes of output>
+//! </untrusted-content>
+//! The whole output is in the log named on the output line. Act on this result if it calls for anything, then answer this task in text without calling a tool.
+//! ```
+//!
+//! A command a stop reached reads `ended after a stop reached it, with exit_code …`
+//! instead of `exited with exit_code …`.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -327,6 +358,35 @@ pub fn holders_note(supervisor: &Supervisor, running: &Running) -> Option<String
         named.join(", ")
     ))
 }
+
+/// The text of the completion task for `running`, a command whose leader has exited
+/// (see "Completion tasks" in the module documentation); `started_by` is the id of the
+/// task that started it. The argv is shown as JSON, cut at 200 characters. A command
+/// still running gets the same text with `is still running` (never sent as a task).
+pub fn completion_text(supervisor: &Supervisor, running: &Running, started_by: &str) -> String {
+    let d = describe(running, None);
+    let argv = cap(serde_json::to_string(&running.argv).unwrap_or_default());
+    let how = match (d.state, d.exit_code, d.status) {
+        ("stopped", Some(c), Some(s)) => {
+            format!("ended after a stop reached it, with exit_code {c} (status {s})")
+        }
+        (_, Some(c), Some(s)) => format!("exited with exit_code {c} (status {s})"),
+        _ => "is still running".to_string(),
+    };
+    let mut notes = Vec::new();
+    if let Some(n) = holders_note(supervisor, running) {
+        notes.push(n);
+    }
+    notes.push(COMPLETION_LAST_LINE.to_string());
+    format!(
+        "[background-command] Command {} ({argv}), started by task {started_by}, {how} and no background-command call returned its exit, so its result arrives as this task:\n{}",
+        running.work_id,
+        super::result::fence(&format!("tool:{NAME}"), &d.text, &notes)
+    )
+}
+
+/// The last line of a completion task's text.
+pub const COMPLETION_LAST_LINE: &str = "The whole output is in the log named on the output line. Act on this result if it calls for anything, then answer this task in text without calling a tool.";
 
 /// Where a background-command call runs.
 pub struct Context<'a> {
