@@ -12,6 +12,18 @@ use parking_lot::Mutex;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+/// The first SIGINT/SIGTERM the signal thread received (0: none).
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The name of the first SIGINT/SIGTERM `mur` received, if any (`SIGTERM`).
+pub fn received() -> Option<&'static str> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        SIGINT => Some("SIGINT"),
+        SIGTERM => Some("SIGTERM"),
+        _ => None,
+    }
+}
+
 /// A receiver that becomes ready (disconnected) when `mur` is told to shut down.
 pub type Shutdown = Receiver<()>;
 
@@ -78,6 +90,7 @@ pub fn start(handle: ShutdownHandle) -> std::io::Result<()> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 log::info!("signal {sig}: shutting down");
+                RECEIVED.store(sig, Ordering::SeqCst);
                 handle.fire(sig);
             }
         })?;

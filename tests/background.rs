@@ -1026,3 +1026,44 @@ fn a_canceled_task_under_queue_and_sleep_stops_its_commands_and_gets_no_completi
     );
     assert_eq!(trace.last().unwrap()["stopped_commands"], json!([]));
 }
+
+#[test]
+fn a_process_that_forges_its_session_and_leaves_its_group_dies_with_mur_run() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"MURMUR_SESSION=ses_other setsid sleep 60 >/dev/null 2>&1 & echo $! > forged.pid; env -i setsid sleep 61 >/dev/null 2>&1 & echo $! > bare.pid; sleep 0.5; echo ok\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], "", script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    for f in ["forged.pid", "bare.pid"] {
+        let pid = pid_in(&c, f);
+        assert!(gone(pid), "{f}: {pid} outlived mur run");
+    }
+    let killed: Vec<i64> = run
+        .records("survivor_killed")
+        .iter()
+        .map(|r| r["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(killed.len(), 2, "{}", run.dump());
+}
+
+#[test]
+fn a_stop_that_cannot_reach_a_command_that_left_its_group_says_so() {
+    // The command moves itself into mur's own process group.
+    let script = r#"
+- tool_calls:
+    - {id: pg, name: python3, input: {args: ["-c", "import os,time; os.setpgid(0, os.getpgid(os.getppid())); open('moved.pid','w').write(str(os.getpid())); time.sleep(60)"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: stop, work_id: "${result.pg.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["python3"], GRACE, script);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = &run.tool_texts()[1];
+    assert_eq!(field(t, "state"), "running", "{t}");
+    assert!(
+        t.contains("\nThe stop did not reach the command: its process left its process group "),
+        "{t}"
+    );
+    let pid = pid_in(&c, "moved.pid");
+    assert!(gone(pid), "the command outlived the session");
+}

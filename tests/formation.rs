@@ -922,3 +922,72 @@ fn a_terminal_member_task_reads_byte_identical_status_after_cancel_complete_or_f
         assert_eq!(a, b, "{case}");
     }
 }
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn one_members_end_never_kills_another_members_escaped_process() {
+    // worker starts a process that leaves its group and clears its environment, then
+    // checks 3 s later that it is still alive; critic ends its task after 1 s. critic's
+    // end must not kill worker's process; the formation's end does.
+    let worker = r#"- tool_calls:
+    - {name: sh, input: {args: ["-c", "env -i setsid sleep 60 >/dev/null 2>&1 & echo $! > esc.pid; sleep 3; kill -0 $(cat esc.pid) && echo escapee-alive"]}}
+- text: worker done
+"#;
+    let critic =
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"1\"]}}\n- text: critic done\n";
+    let lead = "- tool_calls:\n    - {name: call-member, input: {member: worker, task: w}}\n    - {name: call-member, input: {member: critic, task: c}}\n- text: waiting\n- text: lead done\n";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker, critic]}\n  worker: {capsule: worker}\n  critic: {capsule: critic}\n")
+        .member("lead", "capabilities:\n  network: {allow: [localhost]}\n", lead)
+        .member("worker", "capabilities:\n  shell: {allow: [sh]}\n", worker)
+        .member("critic", "capabilities:\n  shell: {allow: [sleep]}\n", critic);
+    let run = f.run("t");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let w = run.member("worker");
+    assert!(
+        w.tool_texts()[0].contains("escapee-alive"),
+        "{}",
+        w.tool_texts()[0]
+    );
+    assert!(run.member("critic").records("survivor_killed").is_empty());
+    let pid: i32 = std::fs::read_to_string(f.dir.join("worker/work/esc.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(pid), "the escapee outlived the formation");
+    assert!(
+        run.stderr()
+            .contains(&format!("mur: killed pid {pid} (sleep 60)")),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn a_member_task_ended_by_the_formation_says_so_not_a_signal() {
+    // worker is still at work when lead answers: its task ends with the formation.
+    let worker = "- tool_calls:\n    - {name: sleep, input: {args: [\"30\"]}}\n- text: never\n";
+    let lead = "- tool_calls:\n    - {name: call-member, input: {member: worker, task: w}}\n- text: lead done without waiting\n";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member("lead", "inference:\n  max_turns: 1\ncapabilities:\n  network: {allow: [localhost]}\n", lead)
+        .member("worker", "capabilities:\n  shell: {allow: [sleep]}\n", worker);
+    let f = {
+        // max_turns must sit inside the inference block the helper wrote
+        let p = f.dir.join("lead/murmur.yaml");
+        let m = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("inference:\n  max_turns: 1\n", "")
+            .replace("inference:\n", "inference:\n  max_turns: 1\n");
+        std::fs::write(&p, m).unwrap();
+        f
+    };
+    let run = f.run("t");
+    let end = run.member("worker").one("task_end");
+    assert_eq!(end["exit_status"], "canceled", "{}", run.dump());
+    assert_eq!(end["error"], "the formation ended before this task did");
+}

@@ -213,6 +213,14 @@ impl Running {
         if !self.begin_stop() {
             return self.exit();
         }
+        if !self.group_alive() {
+            // Nothing is left in the group: the leader left it (setpgid, setsid), or
+            // the group just died and is being reaped. No grace to wait out.
+            let _ = self
+                .reaped
+                .recv_deadline(Instant::now() + Duration::from_millis(100));
+            return self.exit();
+        }
         let _ = self.reaped.recv_deadline(Instant::now() + STOP_GRACE);
         self.signal_group(Signal::SIGKILL);
         let _ = self.reaped.recv_deadline(Instant::now() + STOP_AFTER_KILL);
@@ -445,6 +453,8 @@ impl Supervisor {
         if live.is_empty() {
             return stopped;
         }
+        // A group already empty (its leader left it) has nothing to wait for.
+        live.retain(|c| c.group_alive());
         let until = Instant::now() + STOP_GRACE;
         for c in &live {
             let _ = c.reaped.recv_deadline(until);

@@ -170,14 +170,25 @@ pub struct Survivor {
 /// How long [`sweep`] keeps at it: 3 s.
 pub const SWEEP_LIMIT: Duration = Duration::from_secs(3);
 
-/// Kills (SIGKILL) every live descendant of `mur` and reaps every zombie child, in
-/// rounds, until a round finds nothing to do or 3 s pass. Processes whose process
-/// group is in `skip_pgids` or that any group reaper still waits on
-/// ([`super::orphans::is_tracked`]) are left alone, and, when
-/// `session` is given, so are those whose `MURMUR_SESSION` names another session (a
-/// descendant with no `MURMUR_SESSION`, or one that cannot be read, is killed).
-/// Returns each process it killed, once.
-pub fn sweep(session: Option<&str>, skip_pgids: &[i32]) -> Vec<Survivor> {
+/// Which descendants a [`sweep`] kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepScope<'a> {
+    /// Only those positively marked as this session's: `MURMUR_SESSION` equal to the
+    /// id. Used where other sessions share the process (a formation's members), so one
+    /// member's end never kills another's processes; a process that cleared or forged
+    /// the variable is left to the process's own end.
+    Session(&'a str),
+    /// Every live descendant of `mur`, whatever it claims to be: the end of the last
+    /// session in the process.
+    All,
+}
+
+/// Kills (SIGKILL) the live descendants of `mur` that `scope` covers and reaps every
+/// zombie child, in rounds, until a round finds nothing to do or 3 s pass. Processes
+/// whose process group is in `skip_pgids` or that any group reaper still waits on
+/// ([`super::orphans::is_tracked`]) are left alone. Returns each process it killed,
+/// once.
+pub fn sweep(scope: SweepScope<'_>, skip_pgids: &[i32]) -> Vec<Survivor> {
     let me = std::process::id() as i32;
     let until = Instant::now() + SWEEP_LIMIT;
     let mut killed: Vec<Survivor> = Vec::new();
@@ -200,8 +211,8 @@ pub fn sweep(session: Option<&str>, skip_pgids: &[i32]) -> Vec<Survivor> {
                 }
                 continue;
             }
-            if let (Some(want), Some(have)) = (session, env_var(p.pid, "MURMUR_SESSION")) {
-                if want != have {
+            if let SweepScope::Session(want) = scope {
+                if env_var(p.pid, "MURMUR_SESSION").as_deref() != Some(want) {
                     continue;
                 }
             }

@@ -361,6 +361,16 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
     for d in doors {
         d.shutdown();
     }
+    // Each member killed only what was positively its own; whatever is left (a process
+    // that cleared or forged MURMUR_SESSION and left its group) dies with the formation.
+    for s in crate::exec::procs::sweep(crate::exec::procs::SweepScope::All, &[]) {
+        eprintln!(
+            "mur: killed pid {} ({}), left running by a formation member's command{}",
+            s.pid,
+            s.argv.join(" "),
+            s.work_id.map(|w| format!(" {w}")).unwrap_or_default()
+        );
+    }
     let end = match entry {
         Ok(Ok(end)) => end,
         Ok(Err(e)) => return Err(LaunchError::Runtime(e)),

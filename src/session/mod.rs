@@ -29,6 +29,7 @@ use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+use crate::exec::procs::SweepScope;
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
@@ -427,8 +428,14 @@ pub fn serve(
     // Commands that outlived their task (completion tasks on) are stopped now, and
     // what left their groups is killed; none of them becomes a completion task.
     let stopped = lp.supervisor.stop_all();
-    for s in crate::exec::procs::sweep(Some(&spec.staged.session_id), &lp.supervisor.live_groups())
-    {
+    // The last session in the process (mur run, mur door) kills every descendant left;
+    // a formation member only its own, and the formation's end the rest.
+    let scope = if spec.member.is_none() {
+        SweepScope::All
+    } else {
+        SweepScope::Session(&spec.staged.session_id)
+    };
+    for s in crate::exec::procs::sweep(scope, &lp.supervisor.live_groups()) {
         trace.record(
             None,
             "survivor_killed",
@@ -559,7 +566,7 @@ impl Loop<'_> {
             // Descendants that left their command's group (setsid, double fork) came
             // back to mur as a child subreaper: the task's end kills them, and says so.
             for s in crate::exec::procs::sweep(
-                Some(&self.spec.staged.session_id),
+                SweepScope::Session(&self.spec.staged.session_id),
                 &self.supervisor.live_groups(),
             ) {
                 self.trace.record(
@@ -584,7 +591,13 @@ impl Loop<'_> {
                         .try_recv()
                         .is_err_and(|e| e.is_disconnected())
                     {
-                        "interrupted by a signal".to_string()
+                        match (crate::signals::received(), &self.spec.member) {
+                            (Some(sig), _) => format!("interrupted by {sig}"),
+                            (None, Some(_)) => {
+                                "the formation ended before this task did".to_string()
+                            }
+                            (None, None) => "the session was shut down".to_string(),
+                        }
                     } else {
                         "the task was canceled".to_string()
                     },

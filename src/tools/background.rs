@@ -452,6 +452,12 @@ pub fn call(ctx: &Context<'_>, input: &Value) -> Result<Answer, String> {
     if let Some(n) = holders_note(ctx.supervisor, &running) {
         result.notes.push(n);
     }
+    if input.operation == Operation::Stop && d.exit_code.is_none() {
+        result.notes.push(format!(
+            "The stop did not reach the command: its process left its process group {} (setpgid or setsid), so the signals went to an empty group. The session's end kills it.",
+            running.pgid
+        ));
+    }
     match cut {
         Some(Cut::Deadline) => result
             .notes
