@@ -67,12 +67,16 @@ _mur() {
             return 0
             ;;
         mur__subcmd__check)
-            opts="-h -V --help --version"
+            opts="-h -V --roster --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --roster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -44,6 +44,7 @@ complete -c mur -n "__fish_mur_using_subcommand door" -l token-file -d 'Read the
 complete -c mur -n "__fish_mur_using_subcommand door" -l records-dir -d 'Write the session\'s records under DIR instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
 complete -c mur -n "__fish_mur_using_subcommand door" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand door" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand check" -l roster -d 'Check a formation instead: the roster.yaml and every local member\'s capsule, without starting anything' -r -F
 complete -c mur -n "__fish_mur_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand check" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s h -l help -d 'Print help (see more with \'--help\')'

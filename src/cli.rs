@@ -125,8 +125,12 @@ pub struct DoorArgs {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The capsule directory (or its murmur.yaml). Default: the current directory.
-    #[arg(value_name = "CAPSULE", default_value = ".")]
+    #[arg(value_name = "CAPSULE", default_value = ".", conflicts_with = "roster")]
     pub capsule: PathBuf,
+    /// Check a formation instead: the roster.yaml and every local member's capsule,
+    /// without starting anything.
+    #[arg(long, value_name = "FILE")]
+    pub roster: Option<PathBuf>,
 }
 
 /// `mur stage`.

@@ -11,7 +11,7 @@ use clap::Parser;
 use mur::cli::{Cli, Command, RunArgs};
 use mur::exit::{EXIT_FAILED, EXIT_USAGE};
 use mur::formation::launch::{self, LaunchError, LaunchOptions};
-use mur::manifest::{self, Manifest};
+use mur::manifest::Manifest;
 use mur::session::{self, deadline::parse_deadline, SessionSpec};
 use mur::staging;
 
@@ -50,9 +50,34 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Command::Run(args) => run_capsule(args),
         Command::Door(args) => run_door(args),
         Command::Check(args) => {
-            let (_, _, _) = load(&args.capsule)?;
-            println!("{}: ok", args.capsule.display());
-            Ok(0)
+            if let Some(r) = &args.roster {
+                let members = launch::check_roster(r).map_err(launch_error)?;
+                println!(
+                    "{}: ok ({} local member(s): {})",
+                    r.display(),
+                    members.len(),
+                    members.join(", ")
+                );
+                return Ok(0);
+            }
+            let looks_like_roster = args.capsule.is_file()
+                && std::fs::read_to_string(&args.capsule)
+                    .is_ok_and(|t| t.lines().any(|l| l.starts_with("members:")));
+            match load(&args.capsule) {
+                Err(mut f) if looks_like_roster => {
+                    f.message.push_str(&format!(
+                        "\n{} looks like a roster.yaml: check it with `mur check --roster {}`",
+                        args.capsule.display(),
+                        args.capsule.display()
+                    ));
+                    Err(f)
+                }
+                Err(f) => Err(f),
+                Ok(_) => {
+                    println!("{}: ok", args.capsule.display());
+                    Ok(0)
+                }
+            }
         }
         Command::Stage(args) => {
             let (dir, text, m) = load(&args.capsule)?;
@@ -78,35 +103,11 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     }
 }
 
-/// Loads and validates a capsule's manifest, and runs staging's checks without writing.
+/// Loads and validates a capsule's manifest, and runs staging's checks without writing
+/// ([`staging::load_capsule`]).
 fn load(capsule: &Path) -> Result<(std::path::PathBuf, String, Manifest), Fail> {
-    let (dir, manifest_path) =
-        staging::resolve_capsule(capsule).map_err(|e| usage(e.to_string()))?;
-    let text = std::fs::read_to_string(&manifest_path)
-        .map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
-    let m = manifest::parse_str(&text, &manifest_path.display().to_string()).map_err(|e| {
-        let lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-        usage(format!(
-            "{} error(s) in {}\n{}",
-            lines.len(),
-            manifest_path.display(),
-            lines.join("\n")
-        ))
-    })?;
-    staging::inventory(&m).map_err(|e| usage(format!("{}: {e}", manifest_path.display())))?;
-    staging::preflight(&dir, &m).map_err(|errs| {
-        let lines: Vec<String> = errs
-            .iter()
-            .map(|e| format!("{}: {e}", manifest_path.display()))
-            .collect();
-        usage(format!(
-            "{} error(s) in {}\n{}",
-            lines.len(),
-            manifest_path.display(),
-            lines.join("\n")
-        ))
-    })?;
-    Ok((dir, text, m))
+    let l = staging::load_capsule(capsule, &[]).map_err(usage)?;
+    Ok((l.dir, l.text, l.manifest))
 }
 
 fn read_task(args: &RunArgs) -> Result<String, Fail> {
@@ -157,24 +158,23 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         )));
     }
     let system_prompt = staging::system_prompt(&dir, &m).map_err(usage)?;
+    if m.after_task == Some(mur::manifest::AfterTask::Sleep) {
+        return Err(usage(
+            "after_task: sleep keeps a session waiting for tasks that only a door brings; serve this capsule with `mur door`, or remove after_task to run it with `mur run`",
+        ));
+    }
+    // Checked before staging, so a refused run leaves no runtime directory behind.
+    let chosen_records = match &args.records_dir {
+        Some(d) => Some(staging::fresh_records_dir(d).map_err(usage)?),
+        None => None,
+    };
     let home = staging::murmur_home();
     let staged = staging::stage(&home, &dir, &text, &m).map_err(|e| usage(e.to_string()))?;
-    let records_dir = match &args.records_dir {
-        Some(d) => {
-            let d = std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?;
-            if d.exists() && !d.is_dir() {
-                return Err(usage(format!(
-                    "--records-dir {} is not a directory",
-                    d.display()
-                )));
-            }
-            if d.join("trace.jsonl").exists() {
-                return Err(usage(format!("--records-dir {} already holds a session's trace.jsonl; give an empty directory", d.display())));
-            }
-            d
-        }
-        None => staging::default_records_dir(&home, &dir, &staged.session_id),
-    };
+    // The runtime directory lives as long as the session, on every path out.
+    let mut runtime_dirs = staging::RuntimeDirs::default();
+    runtime_dirs.hold(&staged.runtime_dir);
+    let records_dir = chosen_records
+        .unwrap_or_else(|| staging::default_records_dir(&home, &dir, &staged.session_id));
     supervise();
     let shutdown = mur::signals::ShutdownHandle::new();
     mur::signals::start(shutdown.clone()).map_err(|e| Fail {
@@ -196,15 +196,8 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         member: None,
     };
     let progress = mur::progress::Progress::start();
-    let runtime_dir = spec.staged.runtime_dir.clone();
     let outcome = session::run(spec, &task, shutdown.receiver(), progress);
-    // The runtime directory lives as long as the session; the records stay.
-    if let Err(e) = std::fs::remove_dir_all(&runtime_dir) {
-        log::warn!(
-            "cannot remove the runtime directory {}: {e}",
-            runtime_dir.display()
-        );
-    }
+    drop(runtime_dirs);
     let outcome = outcome.map_err(|e| Fail {
         code: EXIT_FAILED,
         message: e.to_string(),
@@ -299,13 +292,22 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
 
 fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
     let token = match &args.token_file {
-        Some(f) => std::fs::read_to_string(f)
-            .map_err(|e| usage(format!("--token-file {}: {e}", f.display())))?
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string(),
+        Some(f) => {
+            let t = std::fs::read_to_string(f)
+                .map_err(|e| usage(format!("--token-file {}: {e}", f.display())))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            if t.is_empty() {
+                return Err(usage(format!(
+                    "--token-file {}: the first line is empty; write the bearer token on it",
+                    f.display()
+                )));
+            }
+            t
+        }
         None => std::env::var("MURMUR_DOOR_TOKEN")
             .unwrap_or_default()
             .trim()

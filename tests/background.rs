@@ -562,7 +562,9 @@ fn a_setsid_escape_is_named_killed_at_the_session_end_and_recorded() {
 
 #[test]
 fn a_double_fork_escape_is_killed_at_the_session_end() {
-    let cmd = r#"(setsid sleep 300 & echo $! > df.pid); exit 0"#;
+    // The leader waits until the escapee has left the group (it writes its pid after
+    // setsid), then exits.
+    let cmd = r#"(setsid sh -c 'echo $$ > df.pid; exec sleep 300' &); while [ ! -s df.pid ]; do sleep 0.05; done; exit 0"#;
     let script = format!(
         "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- text: done\n",
         serde_json::to_string(cmd).unwrap()
@@ -1029,8 +1031,12 @@ fn a_canceled_task_under_queue_and_sleep_stops_its_commands_and_gets_no_completi
 
 #[test]
 fn a_process_that_forges_its_session_and_leaves_its_group_dies_with_mur_run() {
-    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"MURMUR_SESSION=ses_other setsid sleep 60 >/dev/null 2>&1 & echo $! > forged.pid; env -i setsid sleep 61 >/dev/null 2>&1 & echo $! > bare.pid; sleep 0.5; echo ok\"]}}\n- text: done\n";
-    let c = Capsule::scripted(&["sh"], "", script);
+    let cmd = r#"MURMUR_SESSION=ses_other setsid sh -c 'echo $$ > forged.pid; exec sleep 60' >/dev/null 2>&1 & env -i /bin/sh -c "setsid sh -c 'echo \$\$ > bare.pid; exec sleep 61'" >/dev/null 2>&1 & while [ ! -s forged.pid ] || [ ! -s bare.pid ]; do sleep 0.05; done; echo ok"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh"], "", &script);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     for f in ["forged.pid", "bare.pid"] {

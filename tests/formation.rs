@@ -106,20 +106,31 @@ fn example_formation_lead_calls_worker_and_critic_and_answers_offline() {
     for m in ["lead", "worker", "critic"] {
         assert_eq!(run.member(m).one("session_end")["exit_status"], "completed");
     }
+    // mur run removes each member's runtime directory when the formation ends
+    let run_dir = f.home.join("run");
+    assert!(!run_dir.exists() || std::fs::read_dir(&run_dir).unwrap().next().is_none());
     // the staged call-member manifest: member is an enum of the callees in roster order
-    let run_dir = std::fs::read_dir(f.home.join("run")).unwrap();
-    let mut enums = Vec::new();
-    for d in run_dir.flatten() {
-        let p = d.path().join("tools/call-member/murmur.yaml");
-        if let Ok(t) = std::fs::read_to_string(p) {
-            let v: Value = serde_yaml_ng::from_str(&t).unwrap();
-            assert_eq!(v["version"], "0.0.0");
-            assert_eq!(v["runtime"], "tool");
-            assert_eq!(v["implementation"], "native");
-            enums.push(v["input_schema"]["properties"]["member"]["enum"].clone());
-        }
-    }
-    assert_eq!(enums, [json!(["worker", "critic"])]);
+    let lead_dir = std::path::Path::new(example).parent().unwrap().join("lead");
+    let loaded =
+        mur::staging::load_capsule(&lead_dir, &["worker".into(), "critic".into()]).unwrap();
+    let staged = mur::staging::stage_member(
+        &f.home,
+        &loaded.dir,
+        &loaded.text,
+        &loaded.manifest,
+        &["worker".into(), "critic".into()],
+    )
+    .unwrap();
+    let t =
+        std::fs::read_to_string(staged.runtime_dir.join("tools/call-member/murmur.yaml")).unwrap();
+    let v: Value = serde_yaml_ng::from_str(&t).unwrap();
+    assert_eq!(v["version"], "0.0.0");
+    assert_eq!(v["runtime"], "tool");
+    assert_eq!(v["implementation"], "native");
+    assert_eq!(
+        v["input_schema"]["properties"]["member"]["enum"],
+        json!(["worker", "critic"])
+    );
 }
 
 fn no_answer_formation() -> Formation {
@@ -990,4 +1001,65 @@ fn a_member_task_ended_by_the_formation_says_so_not_a_signal() {
     let end = run.member("worker").one("task_end");
     assert_eq!(end["exit_status"], "canceled", "{}", run.dump());
     assert_eq!(end["error"], "the formation ended before this task did");
+}
+
+#[test]
+fn a_roster_run_reusing_a_records_dir_is_refused_and_runtime_dirs_are_removed() {
+    let lead = "- text: lead done\n";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member("lead", "capabilities:\n  network: {allow: [localhost]}\n", lead)
+        .member("worker", "", "- text: w\n");
+    let run = f.run("t");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let run_dir = f.home.join("run");
+    assert!(
+        !run_dir.exists() || std::fs::read_dir(&run_dir).unwrap().next().is_none(),
+        "runtime dirs left behind"
+    );
+    let again = f.run("t");
+    assert_eq!(again.code(), 2);
+    assert!(
+        again.stderr().contains("member `lead`: --records-dir ")
+            && again
+                .stderr()
+                .contains("already holds a session's trace.jsonl"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.records.join("lead/trace.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("session_start"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn mur_check_roster_checks_a_formation_without_starting_it() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/formation/roster.yaml"
+    );
+    let f = Formation::new();
+    let out = f
+        .mur()
+        .args(["check", "--roster", example])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .ends_with(": ok (3 local member(s): lead, worker, critic)\n"));
+    assert!(!f.home.join("run").exists(), "check stages nothing");
+    let out = f.mur().args(["check", example]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("looks like a roster.yaml: check it with `mur check --roster "));
 }

@@ -142,6 +142,7 @@ fn full_manifest_parses_to_the_expected_struct() {
             max_turns: Some(40),
             max_session_tokens: Some(2_000_000),
             compaction_threshold: 0.5,
+            compaction_declared: true,
         }),
         capabilities: Capabilities {
             shell_allow: vec!["ls".into(), "cat".into(), "grep".into(), "cargo".into()],

@@ -773,3 +773,94 @@ fn the_runtime_directory_is_removed_when_mur_run_ends() {
         .to_string();
     assert!(!std::path::Path::new(&rd).exists());
 }
+
+#[test]
+fn keys_this_build_does_not_provide_are_refused_not_ignored() {
+    for (extra, key) in [
+        (
+            "lifecycle:\n  done_check: {command: [\"false\"], limit: 1}\n",
+            "lifecycle.done_check",
+        ),
+        (
+            "lifecycle:\n  keep_working: {limit: 2, message: go on}\n",
+            "lifecycle.keep_working",
+        ),
+        (
+            "lifecycle:\n  max_task_reopens: 2\n",
+            "lifecycle.max_task_reopens",
+        ),
+    ] {
+        let c = Capsule::scripted(&[], extra, "- text: hi\n");
+        let run = c.run("t", &[]);
+        assert_eq!(run.code(), 2, "{key}: {}", run.dump());
+        assert!(
+            run.stderr()
+                .contains(&format!("{key} is not provided by this build of mur")),
+            "{}",
+            run.stderr()
+        );
+    }
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    let m = std::fs::read_to_string(c.dir.join("murmur.yaml"))
+        .unwrap()
+        .replace(
+            "inference:\n",
+            "inference:\n  compaction: {threshold: 0.5}\n",
+        );
+    let c = c.manifest(&m);
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("inference.compaction is not provided by this build of mur"));
+}
+
+#[test]
+fn mur_run_refuses_after_task_sleep_instead_of_hanging() {
+    let c = Capsule::scripted(&[], "after_task: sleep\n", "- text: hi\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 2, "{}", run.dump());
+    assert!(
+        run.stderr().contains(
+            "after_task: sleep keeps a session waiting for tasks that only a door brings"
+        ),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        !c.home.join("run").exists()
+            || std::fs::read_dir(c.home.join("run"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}
+
+#[test]
+fn a_shell_binary_missing_from_path_is_warned_about() {
+    let c = Capsule::scripted(&["ls", "no-such-binary-xyz"], "", "- text: hi\n");
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: ")
+            && err.contains("capabilities.shell.allow: `no-such-binary-xyz` is not found on PATH"),
+        "{err}"
+    );
+    assert!(!err.contains("`ls`"), "{err}");
+}
+
+#[test]
+fn a_refused_records_dir_leaves_no_runtime_directory() {
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    std::fs::create_dir_all(&c.records).unwrap();
+    std::fs::write(c.records.join("trace.jsonl"), "").unwrap();
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 2);
+    assert!(
+        !c.home.join("run").exists()
+            || std::fs::read_dir(c.home.join("run"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}

@@ -70,7 +70,7 @@ pub enum ClientError {
         detail: String,
     },
     /// An HTTP answer whose status is not 200, e.g. 401 for a wrong token.
-    #[error("door {url} answered http status {status}: {body}")]
+    #[error("door {url} answered http status {status}{}", http_hint(*status, body))]
     HttpStatus {
         /// The URL called.
         url: String,
@@ -420,6 +420,25 @@ fn quote(s: &str) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+/// The tail of an [`ClientError::HttpStatus`] message: what a status means for a
+/// caller, then the start of the body when there is one.
+fn http_hint(status: u16, body: &str) -> String {
+    let meaning = match status {
+        401 => " (the door refused the bearer token: check the member's `token` in roster.yaml)",
+        403 => " (the door forbids this caller)",
+        404 => " (no A2A endpoint at this URL: check the member's `door` URL)",
+        413 => " (the request was larger than the door accepts)",
+        503 => " (the door is overloaded; it asks to retry later)",
+        _ => "",
+    };
+    let body = body.trim();
+    if body.is_empty() {
+        meaning.to_string()
+    } else {
+        format!("{meaning}: {body}")
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,24 @@ fn read_token(c: &Credential, base: &Path, member: &str) -> Result<String, Launc
     Ok(t.lines().next().unwrap_or("").trim().to_string())
 }
 
+/// Checks a formation without starting anything (`mur check --roster`): the roster and
+/// every local member's capsule, as `mur run --roster` would before it stages them.
+/// Returns the local members' names, in roster order.
+///
+/// Errors: [`LaunchError::Usage`] with every diagnostic of the roster, or the first
+/// member whose capsule does not validate.
+pub fn check_roster(roster: &Path) -> Result<Vec<String>, LaunchError> {
+    let opts = LaunchOptions {
+        roster: roster.to_path_buf(),
+        task: String::new(),
+        deadline: None,
+        records_dir: None,
+        driver: None,
+    };
+    let (_, _, prepared) = prepare(&opts)?;
+    Ok(prepared.into_iter().map(|p| p.name).collect())
+}
+
 /// Loads the roster and every local capsule, and prints the W-RUN-008 warnings.
 fn prepare(opts: &LaunchOptions) -> Result<(Roster, PathBuf, Vec<Prepared>), LaunchError> {
     let roster = load_roster(&opts.roster).map_err(|e| {
@@ -220,6 +238,14 @@ fn spawn_session(
 /// [`LaunchError::Runtime`] when the entry member's session could not run.
 pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcome, LaunchError> {
     let (roster, base, prepared) = prepare(&opts)?;
+    // Checked before anything is staged or bound.
+    if let Some(d) = &opts.records_dir {
+        for p in &prepared {
+            staging::fresh_records_dir(&d.join(&p.name))
+                .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
+        }
+    }
+    let mut runtime_dirs = staging::RuntimeDirs::default();
     let token = mint_token();
     let home = staging::murmur_home();
     let roster_names = Arc::new(
@@ -296,6 +322,7 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
             .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
         let staged = staging::stage_member(&home, &p.loaded.dir, &p.loaded.text, m, &p.callees)
             .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
+        runtime_dirs.hold(&staged.runtime_dir);
         let records_dir = match &opts.records_dir {
             Some(d) => d.join(&p.name),
             None => staging::default_records_dir(&home, &p.loaded.dir, &staged.session_id),
@@ -413,9 +440,15 @@ pub fn run_door(
         .map(|i| i.driver.clone())
         .unwrap_or_default();
     let system_prompt = staging::system_prompt(&loaded.dir, m).map_err(LaunchError::Usage)?;
+    let records_dir = records_dir
+        .map(|d| staging::fresh_records_dir(&d))
+        .transpose()
+        .map_err(LaunchError::Usage)?;
     let home = staging::murmur_home();
     let staged = staging::stage(&home, &loaded.dir, &loaded.text, m)
         .map_err(|e| LaunchError::Usage(e.to_string()))?;
+    let mut runtime_dirs = staging::RuntimeDirs::default();
+    runtime_dirs.hold(&staged.runtime_dir);
     let records_dir = records_dir
         .unwrap_or_else(|| staging::default_records_dir(&home, &loaded.dir, &staged.session_id));
     let (board, inbox) = Board::new(m.task_acceptance);

@@ -195,10 +195,11 @@ fn member_ref(cx: &mut Cx, f: Field, names: &[&str]) -> Option<String> {
     cx.err(
         f.node.pos,
         f.path,
-        format!(
-            "`{s}` is not a member of this roster{}",
-            suggest::hint(&s, names)
-        ),
+        if names.is_empty() {
+            format!("`{s}` is not a member of this roster: `members` names none (give it a map of member names)")
+        } else {
+            format!("`{s}` is not a member of this roster{}", suggest::hint(&s, names))
+        },
     );
     None
 }

@@ -258,6 +258,7 @@ fn inference(cx: &mut Cx, f: Field) -> Option<Inference> {
     });
     let max_session_tokens =
         i.opt_positive(cx, "max_session_tokens", "leave the key out for no ceiling");
+    let compaction_declared = i.has("compaction");
     let compaction_threshold = i
         .opt(cx, "compaction", |cx, f| {
             let c = f.obj(cx, keys::COMPACTION)?;
@@ -285,6 +286,7 @@ fn inference(cx: &mut Cx, f: Field) -> Option<Inference> {
         max_turns,
         max_session_tokens,
         compaction_threshold,
+        compaction_declared,
     })
 }
 

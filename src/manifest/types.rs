@@ -144,6 +144,9 @@ pub struct Inference {
     /// `inference.compaction.threshold`: fraction (0 < t <= 1) of the input budget at
     /// which compaction fires (default 0.8).
     pub compaction_threshold: f64,
+    /// Whether the manifest declares `inference.compaction` at all (this build does
+    /// not compact, so staging refuses it).
+    pub compaction_declared: bool,
 }
 
 impl Inference {

@@ -141,6 +141,24 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
             )
         })?;
     inventory_for(&manifest, callees).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
+    preflight(&dir, &manifest).map_err(|errs| {
+        let lines: Vec<String> = errs
+            .iter()
+            .map(|e| format!("{}: {e}", manifest_path.display()))
+            .collect();
+        format!(
+            "{} error(s) in {}\n{}",
+            lines.len(),
+            manifest_path.display(),
+            lines.join("\n")
+        )
+    })?;
+    for b in missing_binaries(&manifest.capabilities.shell_allow) {
+        eprintln!(
+            "mur: warning: {}: capabilities.shell.allow: `{b}` is not found on PATH; a call to it will fail until it is installed",
+            manifest_path.display()
+        );
+    }
     Ok(Loaded {
         dir,
         text,
@@ -251,6 +269,24 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     inv.push(tools::session_status::entry());
     // Spec, "The twelve": an inference: block (checked above), a non-empty
     // capabilities.shell.allow and lifecycle.shell_grace_secs.
+    for (declared, key) in [
+        (m.lifecycle.done_check.is_some(), "lifecycle.done_check"),
+        (m.lifecycle.keep_working.is_some(), "lifecycle.keep_working"),
+        (
+            m.lifecycle.max_task_reopens.is_some(),
+            "lifecycle.max_task_reopens",
+        ),
+        (
+            m.inference.as_ref().is_some_and(|i| i.compaction_declared),
+            "inference.compaction",
+        ),
+    ] {
+        if declared {
+            return Err(StageError::Other(format!(
+                "{key} is not provided by this build of mur (it would be silently ignored); remove it to run this capsule"
+            )));
+        }
+    }
     if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
         inv.push(tools::background::entry());
     }
@@ -382,4 +418,63 @@ pub fn preflight(capsule_dir: &Path, m: &Manifest) -> Result<(), Vec<String>> {
     } else {
         Err(errs)
     }
+}
+
+/// Checks a records directory given on the command line: made absolute; refused when
+/// it is not a directory or already holds a session's `trace.jsonl`.
+///
+/// Errors: a message naming the path and how to fix it.
+pub fn fresh_records_dir(d: &Path) -> Result<PathBuf, String> {
+    let d = std::path::absolute(d).map_err(|e| format!("--records-dir {}: {e}", d.display()))?;
+    if d.exists() && !d.is_dir() {
+        return Err(format!("--records-dir {} is not a directory", d.display()));
+    }
+    if d.join("trace.jsonl").exists() {
+        return Err(format!(
+            "--records-dir {} already holds a session's trace.jsonl; give an empty directory",
+            d.display()
+        ));
+    }
+    Ok(d)
+}
+
+/// Removes the runtime directories it holds when dropped: a session's runtime
+/// directory lives as long as the session, on every path out (the records stay).
+#[derive(Debug, Default)]
+pub struct RuntimeDirs(Vec<PathBuf>);
+
+impl RuntimeDirs {
+    /// Holds `dir` until the guard is dropped.
+    pub fn hold(&mut self, dir: &Path) {
+        self.0.push(dir.to_path_buf());
+    }
+}
+
+impl Drop for RuntimeDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("cannot remove the runtime directory {}: {e}", d.display());
+                }
+            }
+        }
+    }
+}
+
+/// The names in `allow` that no directory of `PATH` holds as an executable file.
+pub fn missing_binaries(allow: &[String]) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    allow
+        .iter()
+        .filter(|b| {
+            !dirs.iter().any(|d| {
+                std::fs::metadata(d.join(b))
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+        })
+        .cloned()
+        .collect()
 }
