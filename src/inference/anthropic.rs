@@ -9,11 +9,11 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::http::{self, Secret};
-use super::retry::{self, Backoff, Failure, Outcome, RetryPolicy};
+use super::http::Endpoint;
+use super::retry::{self, Backoff, Failure, Outcome};
 use super::{
-    estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message, Request, Response,
-    ToolCall, Usage,
+    call_id_or_made_up, estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message,
+    Request, Response, ToolCall, Usage,
 };
 use crate::manifest::types::DriverChoice;
 
@@ -30,13 +30,7 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 /// A driver choice served over Anthropic Messages.
 #[derive(Debug)]
 pub struct AnthropicDriver {
-    agent: ureq::Agent,
-    url: String,
-    model: String,
-    secret: Secret,
-    max_output_tokens: Option<u64>,
-    temperature: Option<f64>,
-    policy: RetryPolicy,
+    http: Endpoint,
     made_up_ids: u64,
 }
 
@@ -51,51 +45,30 @@ impl AnthropicDriver {
     ///
     /// [`DriverError::Fatal`] when the choice has no `model`.
     pub fn new(choice: &DriverChoice, capsule_dir: &Path) -> Result<Self, DriverError> {
-        let url = format!(
-            "{}/v1/messages",
-            http::base_url(choice.base_url.as_deref(), DEFAULT_BASE_URL)
-        );
-        let model = choice
-            .model
-            .clone()
-            .filter(|m| !m.trim().is_empty())
-            .ok_or_else(|| DriverError::Fatal {
-                url: url.clone(),
-                detail: "the driver choice names no `model`".to_string(),
-            })?;
         Ok(AnthropicDriver {
-            agent: http::agent(choice.request_timeout_secs),
-            url,
-            model,
-            secret: Secret::new(choice.credential.as_ref(), capsule_dir),
-            max_output_tokens: choice.max_output_tokens,
-            temperature: choice.temperature,
-            policy: RetryPolicy {
-                max_retries: choice.max_retries,
-                backoff: Backoff::default(),
-            },
+            http: Endpoint::new(choice, capsule_dir, DEFAULT_BASE_URL, "/v1/messages")?,
             made_up_ids: 0,
         })
     }
 
     /// The same driver with other waits between retries (short ones in tests).
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
-        self.policy.backoff = backoff;
+        self.http.policy.backoff = backoff;
         self
     }
 
     /// The endpoint called: `{base_url}/v1/messages`.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.http.url
     }
 
     /// The JSON body of a request (the key goes in the `x-api-key` header).
     pub fn request_body(&self, req: &Request<'_>) -> Value {
         let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
+        body.insert("model".into(), json!(self.http.model));
         let max = req
             .max_output_tokens
-            .or(self.max_output_tokens)
+            .or(self.http.max_output_tokens)
             .unwrap_or(DEFAULT_MAX_TOKENS);
         body.insert("max_tokens".into(), json!(max));
         if !req.system.is_empty() {
@@ -116,7 +89,7 @@ impl AnthropicDriver {
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
         }
-        if let Some(t) = self.temperature {
+        if let Some(t) = self.http.temperature {
             body.insert("temperature".into(), json!(t));
         }
         Value::Object(body)
@@ -129,20 +102,15 @@ impl Driver for AnthropicDriver {
         req: &Request<'_>,
         attempts: AttemptSink<'_>,
     ) -> Result<Response, DriverError> {
-        let key = self.secret.read()?;
+        let key = self.http.secret.read()?;
         let mut headers = vec![("anthropic-version", API_VERSION)];
         if let Some(k) = &key {
             headers.push(("x-api-key", k.as_str()));
         }
         let body = self.request_body(req);
-        let policy = self.policy;
-        let url = self.url.clone();
         let made_up = &mut self.made_up_ids;
-        let agent = &self.agent;
-        retry::run(&policy, &url, attempts, |_| {
-            let (status, text) = http::post_json(agent, &url, &headers, &body)?;
-            let v = http::parse_body(&text)?;
-            parse_response(&v, &text, req, made_up).map(|r| (status, r))
+        self.http.call(&headers, &body, attempts, |v, text| {
+            parse_response(v, text, req, made_up)
         })
     }
 
@@ -256,13 +224,7 @@ fn parse_response(
 
 /// One `tool_use` block; never fails (see the openai driver for the same leniency).
 fn tool_use(block: &Value, made_up: &mut u64) -> ToolCall {
-    let id = match block.get("id").and_then(Value::as_str) {
-        Some(id) if !id.is_empty() => id.to_string(),
-        _ => {
-            *made_up += 1;
-            format!("mur_call_{made_up}")
-        }
-    };
+    let id = call_id_or_made_up(block.get("id"), made_up);
     let name = block
         .get("name")
         .and_then(Value::as_str)

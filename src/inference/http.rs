@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::retry::{truncate_utf8, Failure, MAX_QUOTE_BYTES};
-use super::DriverError;
-use crate::manifest::types::Credential;
+use super::retry::{self, truncate_utf8, Backoff, Failure, RetryPolicy, MAX_QUOTE_BYTES};
+use super::{AttemptSink, DriverError, Response};
+use crate::manifest::types::{Credential, DriverChoice};
 
 /// The connect timeout of every driver call.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +27,82 @@ pub(crate) fn agent(request_timeout_secs: u64) -> ureq::Agent {
         .user_agent(concat!("mur/", env!("CARGO_PKG_VERSION")))
         .build()
         .into()
+}
+
+/// What a network driver keeps of its choice: the agent, the endpoint, the model, the
+/// credential, the output cap and temperature, and the retry policy.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) agent: ureq::Agent,
+    pub(crate) url: String,
+    pub(crate) model: String,
+    pub(crate) secret: Secret,
+    pub(crate) max_output_tokens: Option<u64>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) policy: RetryPolicy,
+}
+
+impl Endpoint {
+    /// The endpoint of `choice`: `{base_url}{path}` (base URL `default_base` when the
+    /// choice sets none, trailing `/` dropped), an [`agent`] with the choice's request
+    /// timeout, its credential resolved against `capsule_dir` (read at each call, not
+    /// here), and `max_retries` retries with the default [`Backoff`].
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::Fatal`] when the choice has no `model`.
+    pub(crate) fn new(
+        choice: &DriverChoice,
+        capsule_dir: &Path,
+        default_base: &str,
+        path: &str,
+    ) -> Result<Self, DriverError> {
+        let url = format!(
+            "{}{path}",
+            base_url(choice.base_url.as_deref(), default_base)
+        );
+        let model = choice
+            .model
+            .clone()
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| DriverError::Fatal {
+                url: url.clone(),
+                detail: "the driver choice names no `model`".to_string(),
+            })?;
+        Ok(Endpoint {
+            agent: agent(choice.request_timeout_secs),
+            url,
+            model,
+            secret: Secret::new(choice.credential.as_ref(), capsule_dir),
+            max_output_tokens: choice.max_output_tokens,
+            temperature: choice.temperature,
+            policy: RetryPolicy {
+                max_retries: choice.max_retries,
+                backoff: Backoff::default(),
+            },
+        })
+    }
+
+    /// One call under the retry policy: each attempt POSTs `body` with `headers`,
+    /// parses the 2xx body as JSON and reads it with `parse` (given the JSON and the
+    /// raw text).
+    ///
+    /// # Errors
+    ///
+    /// As [`retry::run`].
+    pub(crate) fn call(
+        &self,
+        headers: &[(&str, &str)],
+        body: &Value,
+        attempts: AttemptSink<'_>,
+        mut parse: impl FnMut(&Value, &str) -> Result<Response, Failure>,
+    ) -> Result<Response, DriverError> {
+        retry::run(&self.policy, &self.url, attempts, |_| {
+            let (status, text) = post_json(&self.agent, &self.url, headers, body)?;
+            let v = parse_body(&text)?;
+            parse(&v, &text).map(|r| (status, r))
+        })
+    }
 }
 
 /// A credential with a file path already resolved against the capsule directory.

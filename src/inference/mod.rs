@@ -241,3 +241,15 @@ pub fn estimate_usage(req: &Request<'_>, text: Option<&str>, calls: &[ToolCall])
         estimated: true,
     }
 }
+
+/// A tool call's `id` as the provider sent it, or one made up (`mur_call_<n>`, `made_up`
+/// counting them) when it is missing or empty.
+pub(crate) fn call_id_or_made_up(id: Option<&Value>, made_up: &mut u64) -> String {
+    match id.and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => {
+            *made_up += 1;
+            format!("mur_call_{made_up}")
+        }
+    }
+}

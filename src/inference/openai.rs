@@ -9,11 +9,11 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::http::{self, Secret};
-use super::retry::{self, Backoff, Failure, RetryPolicy};
+use super::http::Endpoint;
+use super::retry::{self, Backoff, Failure};
 use super::{
-    estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message, Request, Response,
-    ToolCall, Usage,
+    call_id_or_made_up, estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message,
+    Request, Response, ToolCall, Usage,
 };
 use crate::manifest::types::DriverChoice;
 
@@ -23,13 +23,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// A driver choice served over OpenAI Chat Completions.
 #[derive(Debug)]
 pub struct OpenAiDriver {
-    agent: ureq::Agent,
-    url: String,
-    model: String,
-    secret: Secret,
-    max_output_tokens: Option<u64>,
-    temperature: Option<f64>,
-    policy: RetryPolicy,
+    http: Endpoint,
     /// Ids made up for tool calls that came without one (`call_<n>`).
     made_up_ids: u64,
 }
@@ -47,48 +41,27 @@ impl OpenAiDriver {
     ///
     /// [`DriverError::Fatal`] when the choice has no `model`.
     pub fn new(choice: &DriverChoice, capsule_dir: &Path) -> Result<Self, DriverError> {
-        let url = format!(
-            "{}/chat/completions",
-            http::base_url(choice.base_url.as_deref(), DEFAULT_BASE_URL)
-        );
-        let model = choice
-            .model
-            .clone()
-            .filter(|m| !m.trim().is_empty())
-            .ok_or_else(|| DriverError::Fatal {
-                url: url.clone(),
-                detail: "the driver choice names no `model`".to_string(),
-            })?;
         Ok(OpenAiDriver {
-            agent: http::agent(choice.request_timeout_secs),
-            url,
-            model,
-            secret: Secret::new(choice.credential.as_ref(), capsule_dir),
-            max_output_tokens: choice.max_output_tokens,
-            temperature: choice.temperature,
-            policy: RetryPolicy {
-                max_retries: choice.max_retries,
-                backoff: Backoff::default(),
-            },
+            http: Endpoint::new(choice, capsule_dir, DEFAULT_BASE_URL, "/chat/completions")?,
             made_up_ids: 0,
         })
     }
 
     /// The same driver with other waits between retries (short ones in tests).
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
-        self.policy.backoff = backoff;
+        self.http.policy.backoff = backoff;
         self
     }
 
     /// The endpoint called: `{base_url}/chat/completions`.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.http.url
     }
 
     /// The JSON body of a request (without `Authorization`, which is a header).
     pub fn request_body(&self, req: &Request<'_>) -> Value {
         let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
+        body.insert("model".into(), json!(self.http.model));
         body.insert("messages".into(), Value::Array(messages(req)));
         if !req.tools.is_empty() {
             let tools: Vec<Value> = req
@@ -104,10 +77,10 @@ impl OpenAiDriver {
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
         }
-        if let Some(n) = req.max_output_tokens.or(self.max_output_tokens) {
+        if let Some(n) = req.max_output_tokens.or(self.http.max_output_tokens) {
             body.insert("max_tokens".into(), json!(n));
         }
-        if let Some(t) = self.temperature {
+        if let Some(t) = self.http.temperature {
             body.insert("temperature".into(), json!(t));
         }
         body.insert("stream".into(), json!(false));
@@ -121,21 +94,16 @@ impl Driver for OpenAiDriver {
         req: &Request<'_>,
         attempts: AttemptSink<'_>,
     ) -> Result<Response, DriverError> {
-        let key = self.secret.read()?;
+        let key = self.http.secret.read()?;
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut headers = Vec::new();
         if let Some(a) = &auth {
             headers.push(("authorization", a.as_str()));
         }
         let body = self.request_body(req);
-        let policy = self.policy;
-        let url = self.url.clone();
         let made_up = &mut self.made_up_ids;
-        let agent = &self.agent;
-        retry::run(&policy, &url, attempts, |_| {
-            let (status, text) = http::post_json(agent, &url, &headers, &body)?;
-            let v = http::parse_body(&text)?;
-            parse_response(&v, req, made_up).map(|r| (status, r))
+        self.http.call(&headers, &body, attempts, |v, _| {
+            parse_response(v, req, made_up)
         })
     }
 
@@ -256,13 +224,7 @@ fn content_text(content: &Value) -> Option<String> {
 /// empty (the runtime answers it as an unknown tool), arguments that are not JSON are
 /// kept as [`Arguments::Invalid`].
 fn tool_call(call: &Value, made_up: &mut u64) -> ToolCall {
-    let id = match call.get("id").and_then(Value::as_str) {
-        Some(id) if !id.is_empty() => id.to_string(),
-        _ => {
-            *made_up += 1;
-            format!("mur_call_{made_up}")
-        }
-    };
+    let id = call_id_or_made_up(call.get("id"), made_up);
     let function = call.get("function").unwrap_or(&Value::Null);
     let name = function
         .get("name")
