@@ -11,7 +11,7 @@ use std::path::Path;
 use super::sections;
 use super::types::Manifest;
 use super::walk::Cx;
-use super::yaml::{self, Pos};
+use super::yaml::{self, Node, Pos};
 
 pub use super::sections::{
     DEFAULT_COMPACTION_THRESHOLD, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT_SECS,
@@ -82,6 +82,17 @@ impl std::error::Error for ManifestError {}
 /// otherwise every diagnostic of [`parse_str`]; diagnostics name the file as
 /// `path.display()`.
 pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+    let (text, file) = read(path, "manifest")?;
+    parse_str(&text, &file)
+}
+
+/// The text of the file at `path` and its name for diagnostics (`path.display()`).
+///
+/// # Errors
+///
+/// A [`ManifestError`] with one position-less diagnostic, `cannot read the {what}: …`,
+/// when the file cannot be read.
+pub(super) fn read(path: &Path, what: &str) -> Result<(String, String), ManifestError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
         diagnostics: vec![Diagnostic {
@@ -89,10 +100,10 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
             line: 0,
             column: 0,
             path: String::new(),
-            message: format!("cannot read the manifest: {e}"),
+            message: format!("cannot read the {what}: {e}"),
         }],
     })?;
-    parse_str(&text, &file)
+    Ok((text, file))
 }
 
 /// Validates manifest text; `file` names it in diagnostics.
@@ -106,11 +117,37 @@ pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
 /// duplicate keys, wrong types, values out of range and cross-key rules. A syntax error
 /// stops the walk, so only syntax problems are reported for such a file.
 pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
+    let (manifest, diagnostics) = walk_yaml(
+        text,
+        file,
+        "empty manifest: missing required key `name`",
+        sections::manifest,
+    );
+    match manifest {
+        Some(m) if diagnostics.is_empty() => Ok(m),
+        _ => {
+            debug_assert!(!diagnostics.is_empty(), "a failed walk left no diagnostic");
+            Err(ManifestError { diagnostics })
+        }
+    }
+}
+
+/// Parses `text` (named `file` in diagnostics) into a spanned tree and walks its root
+/// with `walk`. Returns what the walk made (`None` after a syntax error, for an empty
+/// stream, or when the walk made nothing) and every diagnostic, sorted by position and
+/// without repeats: the syntax errors (which stop the walk), the tree's own errors,
+/// `empty` when there is no document, and the walk's.
+pub(super) fn walk_yaml<T>(
+    text: &str,
+    file: &str,
+    empty: &str,
+    walk: impl FnOnce(&mut Cx, &Node) -> Option<T>,
+) -> (Option<T>, Vec<Diagnostic>) {
     let mut cx = Cx {
         file,
         diags: Vec::new(),
     };
-    let manifest = match yaml::parse(text) {
+    let made = match yaml::parse(text) {
         Err(e) => {
             syntax_diagnostics(&mut cx, text, &e);
             None
@@ -121,32 +158,22 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
             }
             match root {
                 None => {
-                    cx.err(
-                        Pos { line: 1, column: 1 },
-                        "",
-                        "empty manifest: missing required key `name`",
-                    );
+                    cx.err(Pos { line: 1, column: 1 }, "", empty);
                     None
                 }
-                Some(root) => sections::manifest(&mut cx, &root),
+                Some(root) => walk(&mut cx, &root),
             }
         }
     };
     let mut diagnostics = cx.diags;
     diagnostics.sort_by_key(|d| (d.line, d.column));
     diagnostics.dedup();
-    match manifest {
-        Some(m) if diagnostics.is_empty() => Ok(m),
-        _ => {
-            debug_assert!(!diagnostics.is_empty(), "a failed walk left no diagnostic");
-            Err(ManifestError { diagnostics })
-        }
-    }
+    (made, diagnostics)
 }
 
 /// Reports a YAML syntax error: one diagnostic per tab-indented line (the usual cause),
 /// plus the scanner's own error when it is not on one of those lines.
-pub(super) fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
+fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
     let mut tab_lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let indent: &str = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];

@@ -29,12 +29,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::keys;
-use super::parse::{syntax_diagnostics, Diagnostic, ManifestError};
+use super::parse::{read, walk_yaml, ManifestError};
 use super::sections::{credential, is_name};
 use super::suggest;
 use super::types::Credential;
 use super::walk::{describe, Cx, Field};
-use super::yaml::{self, Pos, Value};
+use super::yaml::Value;
 
 /// A validated roster.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,16 +109,7 @@ impl Roster {
 /// A [`ManifestError`] listing every problem, as [`parse_roster`]; a position-less one
 /// when the file cannot be read.
 pub fn load_roster(path: &Path) -> Result<Roster, ManifestError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
-        diagnostics: vec![Diagnostic {
-            file: file.clone(),
-            line: 0,
-            column: 0,
-            path: String::new(),
-            message: format!("cannot read the roster: {e}"),
-        }],
-    })?;
+    let (text, file) = read(path, "roster")?;
     parse_roster(&text, &file)
 }
 
@@ -131,41 +122,20 @@ pub fn load_roster(path: &Path) -> Result<Roster, ManifestError> {
 /// neither of `capsule` and `door`, an `entry` or `calls` naming no member (with the
 /// nearest member name), a member calling itself, a remote entry member.
 pub fn parse_roster(text: &str, file: &str) -> Result<Roster, ManifestError> {
-    let mut cx = Cx {
+    let (roster, diagnostics) = walk_yaml(
+        text,
         file,
-        diags: Vec::new(),
-    };
-    let roster = match yaml::parse(text) {
-        Err(e) => {
-            syntax_diagnostics(&mut cx, text, &e);
-            None
-        }
-        Ok((root, tree_errors)) => {
-            for e in tree_errors {
-                cx.err(e.pos, &e.path, e.message);
-            }
-            match root {
-                None => {
-                    cx.err(
-                        Pos { line: 1, column: 1 },
-                        "",
-                        "empty roster: missing required keys `formation`, `entry` and `members`",
-                    );
-                    None
-                }
-                Some(root) => walk(
-                    &mut cx,
-                    Field {
-                        node: &root,
-                        path: "",
-                    },
-                ),
-            }
-        }
-    };
-    let mut diagnostics = cx.diags;
-    diagnostics.sort_by_key(|d| (d.line, d.column));
-    diagnostics.dedup();
+        "empty roster: missing required keys `formation`, `entry` and `members`",
+        |cx, root| {
+            walk(
+                cx,
+                Field {
+                    node: root,
+                    path: "",
+                },
+            )
+        },
+    );
     match roster {
         Some(r) if diagnostics.is_empty() => Ok(r),
         _ => Err(ManifestError { diagnostics }),
