@@ -135,16 +135,20 @@ fn read_task(args: &RunArgs) -> Result<String, Fail> {
     Ok(task)
 }
 
+/// `--deadline`, parsed against now; `None` when not given.
+fn deadline_arg(args: &RunArgs) -> Result<Option<SystemTime>, Fail> {
+    args.deadline
+        .as_deref()
+        .map(|d| parse_deadline(d, SystemTime::now()))
+        .transpose()
+        .map_err(usage)
+}
+
 fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let capsule = args.capsule.clone().unwrap_or_else(|| ".".into());
     let (dir, text, m) = load(&capsule)?;
     let task = read_task(&args)?;
-    let deadline = args
-        .deadline
-        .as_deref()
-        .map(|d| parse_deadline(d, SystemTime::now()))
-        .transpose()
-        .map_err(usage)?;
+    let deadline = deadline_arg(&args)?;
     let inf = m
         .inference
         .as_ref()
@@ -265,12 +269,7 @@ fn supervise() {
 
 fn run_roster(args: RunArgs) -> Result<u8, Fail> {
     let task = read_task(&args)?;
-    let deadline = args
-        .deadline
-        .as_deref()
-        .map(|d| parse_deadline(d, SystemTime::now()))
-        .transpose()
-        .map_err(usage)?;
+    let deadline = deadline_arg(&args)?;
     let records_dir = match &args.records_dir {
         Some(d) => Some(std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?),
         None => None,

@@ -128,13 +128,8 @@ pub fn check_roster(roster: &Path) -> Result<Vec<String>, LaunchError> {
 
 /// Loads the roster and every local capsule, and prints the W-RUN-008 warnings.
 fn prepare(opts: &LaunchOptions) -> Result<(Roster, PathBuf, Vec<Prepared>), LaunchError> {
-    let roster = load_roster(&opts.roster).map_err(|e| {
-        LaunchError::Usage(format!(
-            "{} error(s) in {}\n{e}",
-            e.diagnostics.len(),
-            opts.roster.display()
-        ))
-    })?;
+    let roster = load_roster(&opts.roster)
+        .map_err(|e| LaunchError::Usage(staging::errors_in(&opts.roster, &e.diagnostics)))?;
     let base = std::path::absolute(&opts.roster)
         .map_err(|e| LaunchError::Usage(format!("{}: {e}", opts.roster.display())))?
         .parent()

@@ -305,14 +305,7 @@ fn parse_http_date(value: &str) -> Option<u64> {
     if !(0..=60).contains(s) || !(1970..=9999).contains(&year) {
         return None;
     }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = crate::records::days_from_civil(year, month, day);
     u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()
 }
 

@@ -122,6 +122,18 @@ pub fn rfc3339_secs(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (`month` 1 to 12), by Howard
+/// Hinnant's days-from-civil algorithm; negative before 1970.
+pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Builds a field map from `key => value` pairs: `fields!{"a" => 1, "b" => "x"}`.
 #[macro_export]
 macro_rules! fields {

@@ -179,14 +179,7 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
         }
         _ => return None,
     };
-    // days from civil (Howard Hinnant's algorithm)
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = crate::records::days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + min * 60 + sec.min(59) - offset_secs;
     let secs = u64::try_from(secs).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_nanos(nanos))

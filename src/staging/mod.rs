@@ -131,27 +131,14 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
     let text = std::fs::read_to_string(&manifest_path)
         .map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     let manifest = crate::manifest::parse_str(&text, &manifest_path.display().to_string())
-        .map_err(|e| {
-            let lines: Vec<String> = e.diagnostics.iter().map(|d| d.to_string()).collect();
-            format!(
-                "{} error(s) in {}\n{}",
-                lines.len(),
-                manifest_path.display(),
-                lines.join("\n")
-            )
-        })?;
+        .map_err(|e| errors_in(&manifest_path, &e.diagnostics))?;
     inventory_for(&manifest, callees).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     preflight(&dir, &manifest).map_err(|errs| {
         let lines: Vec<String> = errs
             .iter()
             .map(|e| format!("{}: {e}", manifest_path.display()))
             .collect();
-        format!(
-            "{} error(s) in {}\n{}",
-            lines.len(),
-            manifest_path.display(),
-            lines.join("\n")
-        )
+        errors_in(&manifest_path, &lines)
     })?;
     for b in missing_binaries(&manifest.capabilities.shell_allow) {
         eprintln!(
@@ -164,6 +151,18 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
         text,
         manifest,
     })
+}
+
+/// A report of several problems in one file: `N error(s) in FILE`, then each problem
+/// on a line of its own.
+pub fn errors_in<E: std::fmt::Display>(file: &Path, errors: &[E]) -> String {
+    let lines: Vec<String> = errors.iter().map(E::to_string).collect();
+    format!(
+        "{} error(s) in {}\n{}",
+        lines.len(),
+        file.display(),
+        lines.join("\n")
+    )
 }
 
 /// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
