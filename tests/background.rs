@@ -737,17 +737,7 @@ fn sigterm_to_mur_with_20_background_commands_stops_them_all() {
 fn background_example_runs_offline() {
     let c = Capsule::new();
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/background");
-    let output = c
-        .mur()
-        .args(["run", example, "--records-dir"])
-        .arg(&c.records)
-        .args(["--task", "Build, then stop the server"])
-        .output()
-        .unwrap();
-    let run = Run {
-        output,
-        records: c.records.clone(),
-    };
+    let run = c.run_at(Path::new(example), "Build, then stop the server", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     assert_eq!(
         run.stdout(),

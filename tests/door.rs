@@ -5,10 +5,11 @@
 //! tests need `MUR_TEST_VENV`: a venv with `a2a-sdk[http-server]` and `uvicorn` (see
 //! scripts/test.sh); they fail, not skip, when it is unset.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use serde_json::{json, Value};
 use mur::a2a::types::{AgentCard, AgentSkill, Message, Task, TaskState};
 use mur::a2a::{A2aClient, ClientError, BUSY_MESSAGE};
 use mur::door::{CancelError, Door, DoorLimits, TaskBook, TaskHandler};
+use support::sdk;
 
 const TOKEN: &str = "s3cret-formation-token";
 
@@ -1065,76 +1067,12 @@ fn client_errors_are_classified() {
 
 // --- the official SDK --------------------------------------------------------------
 
-fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
-        panic!(
-            "MUR_TEST_VENV is not set: the A2A interop tests need a venv with \
-             a2a-sdk[http-server] and uvicorn; run scripts/test.sh, which creates it"
-        )
-    });
-    let py = PathBuf::from(venv).join("bin/python");
-    assert!(
-        py.exists(),
-        "{} does not exist: MUR_TEST_VENV must name a venv directory (see scripts/test.sh)",
-        py.display()
-    );
-    py
-}
-
-fn support(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support")
-        .join(name)
-}
-
-/// The SDK server, killed on drop.
-struct SdkServer {
-    child: Child,
-    url: String,
-}
-
-impl SdkServer {
-    fn start(args: &[&str]) -> SdkServer {
-        let mut child = Command::new(venv_python())
-            .arg(support("a2a_sdk_server.py"))
-            .args(["--port", "0", "--token", TOKEN])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a2a_sdk_server.py");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a2a_sdk_server.py prints LISTENING within 60 s");
-        let url = line
-            .trim()
-            .strip_prefix("LISTENING ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        SdkServer { child, url }
-    }
-}
-
-impl Drop for SdkServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn sdk_client_drives_the_door() {
-    let py = venv_python();
+    let py = sdk::venv_python();
     let d = door();
     let out = Command::new(py)
-        .arg(support("a2a_sdk_client.py"))
+        .arg(sdk::script("a2a_sdk_client.py"))
         .arg(d.url())
         .arg(TOKEN)
         .output()
@@ -1167,7 +1105,7 @@ fn sdk_client_drives_the_door() {
 
 #[test]
 fn client_against_the_sdk_server() {
-    let server = SdkServer::start(&["--busy", "1", "--delay", "0.2"]);
+    let server = sdk::Server::start(TOKEN, &["--busy", "1", "--delay", "0.2"], Stdio::inherit());
     let c = A2aClient::new(server.url.clone(), TOKEN);
     let card = c.agent_card().unwrap();
     assert_eq!(card.jsonrpc_url(), Some(server.url.as_str()));
@@ -1212,7 +1150,7 @@ fn client_against_the_sdk_server() {
 
 #[test]
 fn sdk_server_fail_mode_fails_every_task() {
-    let server = SdkServer::start(&["--mode", "fail", "--delay", "0"]);
+    let server = sdk::Server::start(TOKEN, &["--mode", "fail", "--delay", "0"], Stdio::inherit());
     let c = A2aClient::new(server.url.clone(), TOKEN);
     let t = c.send_message("anything", None, false).unwrap();
     assert_eq!(t.status.state, TaskState::Failed, "{t:?}");

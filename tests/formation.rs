@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{bounded, Sender};
 use serde_json::{json, Value};
-use support::Formation;
+use support::{sdk, Formation};
 
 use std::sync::atomic::Ordering;
 
@@ -45,17 +45,7 @@ fn example_formation_lead_calls_worker_and_critic_and_answers_offline() {
         env!("CARGO_MANIFEST_DIR"),
         "/examples/formation/roster.yaml"
     );
-    let out = f
-        .mur()
-        .args(["run", "--roster", example, "--records-dir"])
-        .arg(&f.records)
-        .args(["--task", "Review the notes"])
-        .output()
-        .unwrap();
-    let run = support::FormationRun {
-        output: out,
-        records: f.records.clone(),
-    };
+    let run = f.run_roster(std::path::Path::new(example), "Review the notes", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     assert_eq!(run.stdout(), "Review: worker counted the notes (3 lines in notes.txt); critic says three lines are enough for a patch release.\n");
     let lead = run.member("lead");
@@ -638,68 +628,8 @@ fn a_bad_roster_is_refused_with_every_diagnostic() {
 
 // --- interop with a peer written with the official a2a-sdk server -------------------
 
-mod sdk {
-    use std::io::{BufRead, BufReader};
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
-    use std::time::Duration;
-
-    pub const TOKEN: &str = "sdk-peer-token";
-
-    fn venv_python() -> PathBuf {
-        let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
-            panic!(
-                "MUR_TEST_VENV is not set: the A2A interop tests need a venv with \
-                 a2a-sdk[http-server] and uvicorn; run scripts/test.sh, which creates it"
-            )
-        });
-        PathBuf::from(venv).join("bin/python")
-    }
-
-    /// `tests/support/a2a_sdk_server.py`, killed on drop.
-    pub struct Server {
-        child: Child,
-        pub url: String,
-    }
-
-    impl Server {
-        pub fn start(args: &[&str]) -> Server {
-            let script =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/a2a_sdk_server.py");
-            let mut child = Command::new(venv_python())
-                .arg(script)
-                .args(["--port", "0", "--token", TOKEN])
-                .args(args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start a2a_sdk_server.py");
-            let stdout = child.stdout.take().unwrap();
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                let _ = BufReader::new(stdout).read_line(&mut line);
-                let _ = tx.send(line);
-            });
-            let line = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("a2a_sdk_server.py prints LISTENING within 60 s");
-            let url = line
-                .trim()
-                .strip_prefix("LISTENING ")
-                .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-                .to_string();
-            Server { child, url }
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+/// The bearer token of the SDK peer.
+const SDK_TOKEN: &str = "sdk-peer-token";
 
 fn sdk_formation(url: &str) -> Formation {
     Formation::new()
@@ -713,9 +643,9 @@ fn sdk_formation(url: &str) -> Formation {
 
 #[test]
 fn call_member_to_an_sdk_peer_that_is_busy_once_then_answers() {
-    let server = sdk::Server::start(&["--busy", "1"]);
+    let server = sdk::Server::start(SDK_TOKEN, &["--busy", "1"], std::process::Stdio::null());
     let f = sdk_formation(&server.url);
-    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    let run = f.run_with("go", &[("SDK_TOKEN", SDK_TOKEN)]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let lead = run.member("lead");
     assert_eq!(lead.records("tool_call")[0]["summary"], "Called sdk: busy");
@@ -733,9 +663,9 @@ fn call_member_to_an_sdk_peer_that_is_busy_once_then_answers() {
 
 #[test]
 fn call_member_to_an_sdk_peer_that_fails() {
-    let server = sdk::Server::start(&["--mode", "fail"]);
+    let server = sdk::Server::start(SDK_TOKEN, &["--mode", "fail"], std::process::Stdio::null());
     let f = sdk_formation(&server.url);
-    let run = f.run_with("go", &[("SDK_TOKEN", sdk::TOKEN)]);
+    let run = f.run_with("go", &[("SDK_TOKEN", SDK_TOKEN)]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let lead = run.member("lead");
     assert_eq!(

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -12,17 +13,7 @@ use support::Capsule;
 fn hello_example_completes_offline() {
     let c = Capsule::new();
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/hello");
-    let out = c
-        .mur()
-        .args(["run", example, "--records-dir"])
-        .arg(&c.records)
-        .args(["--task", "How many files are there?"])
-        .output()
-        .unwrap();
-    let run = support::Run {
-        output: out,
-        records: c.records.clone(),
-    };
+    let run = c.run_at(Path::new(example), "How many files are there?", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     assert_eq!(
         run.stdout(),

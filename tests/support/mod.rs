@@ -2,10 +2,31 @@
 //! `mur` binary against it, with `MURMUR_HOME` in the same temporary directory.
 #![allow(dead_code)]
 
+pub mod sdk;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+/// A temporary directory for a test: `sub/` (not created yet), `home/` and `records/`.
+fn scratch(sub: &str) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join(sub);
+    let home = root.path().join("home");
+    let records = root.path().join("records");
+    (root, dir, home, records)
+}
+
+/// The `mur` binary with `MURMUR_HOME` set to `home` and the environment that would
+/// change its behaviour (`RUST_LOG`, `MURMUR_DELEGATION_TIMEOUT_SECS`) removed.
+fn mur_command(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
+    c.env("MURMUR_HOME", home)
+        .env_remove("RUST_LOG")
+        .env_remove("MURMUR_DELEGATION_TIMEOUT_SECS");
+    c
+}
 
 /// A capsule under construction, and the place its sessions write to.
 pub struct Capsule {
@@ -24,11 +45,8 @@ pub struct Run {
 impl Capsule {
     /// An empty capsule directory with a `work/` workdir.
     pub fn new() -> Capsule {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = root.path().join("capsule");
+        let (root, dir, home, records) = scratch("capsule");
         std::fs::create_dir_all(dir.join("work")).unwrap();
-        let home = root.path().join("home");
-        let records = root.path().join("records");
         Capsule {
             root,
             dir,
@@ -68,19 +86,21 @@ impl Capsule {
 
     /// A `mur` command with `MURMUR_HOME` set to this capsule's home.
     pub fn mur(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
-        c.env("MURMUR_HOME", &self.home)
-            .env_remove("RUST_LOG")
-            .env_remove("MURMUR_DELEGATION_TIMEOUT_SECS");
-        c
+        mur_command(&self.home)
     }
 
     /// `mur run CAPSULE --records-dir RECORDS --task TASK EXTRA…`.
     pub fn run(&self, task: &str, extra: &[&str]) -> Run {
+        self.run_at(&self.dir, task, extra)
+    }
+
+    /// `mur run DIR --records-dir RECORDS --task TASK EXTRA…`: another capsule
+    /// directory (an example's) with this one's home and records.
+    pub fn run_at(&self, dir: &Path, task: &str, extra: &[&str]) -> Run {
         let output = self
             .mur()
             .arg("run")
-            .arg(&self.dir)
+            .arg(dir)
             .arg("--records-dir")
             .arg(&self.records)
             .args(["--task", task])
@@ -178,11 +198,8 @@ pub struct FormationRun {
 
 impl Formation {
     pub fn new() -> Formation {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = root.path().join("formation");
+        let (root, dir, home, records) = scratch("formation");
         std::fs::create_dir_all(&dir).unwrap();
-        let home = root.path().join("home");
-        let records = root.path().join("records");
         Formation {
             root,
             dir,
@@ -212,20 +229,23 @@ impl Formation {
     }
 
     pub fn mur(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mur"));
-        c.env("MURMUR_HOME", &self.home)
-            .env_remove("RUST_LOG")
-            .env_remove("MURMUR_DELEGATION_TIMEOUT_SECS")
-            .env_remove("MUR_DEBUG_PANIC_ON_TASK");
+        let mut c = mur_command(&self.home);
+        c.env_remove("MUR_DEBUG_PANIC_ON_TASK");
         c
     }
 
     /// `mur run --roster roster.yaml --records-dir RECORDS --task TASK` with `env`.
     pub fn run_with(&self, task: &str, env: &[(&str, &str)]) -> FormationRun {
+        self.run_roster(&self.dir.join("roster.yaml"), task, env)
+    }
+
+    /// `mur run --roster ROSTER --records-dir RECORDS --task TASK` with `env`: another
+    /// roster (an example's) with this formation's home and records.
+    pub fn run_roster(&self, roster: &Path, task: &str, env: &[(&str, &str)]) -> FormationRun {
         let mut c = self.mur();
         c.arg("run")
             .arg("--roster")
-            .arg(self.dir.join("roster.yaml"))
+            .arg(roster)
             .arg("--records-dir")
             .arg(&self.records)
             .args(["--task", task]);
