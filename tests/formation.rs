@@ -1063,3 +1063,217 @@ fn mur_check_roster_checks_a_formation_without_starting_it() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("looks like a roster.yaml: check it with `mur check --roster "));
 }
+
+// --- the calling task ends while a re-offer is on its way ------------------------
+
+/// What a peer does with the offer it holds while the calling task ends.
+#[derive(Clone, Copy, PartialEq)]
+enum InFlight {
+    /// Takes it: `TASK_STATE_WORKING`, task `t2`.
+    Take,
+    /// Turns it away busy.
+    Busy,
+    /// Says nothing until the test lets it go (after the run).
+    Silent,
+}
+
+/// A peer that turns the first offer away busy and holds the second until `gate`
+/// opens, then answers as `mode` says. Every CancelTask id goes to `cancels`.
+struct SlowPeer {
+    mode: InFlight,
+    gate: crossbeam_channel::Receiver<()>,
+    offers: std::sync::atomic::AtomicUsize,
+    cancels: Sender<String>,
+}
+
+impl TaskHandler for SlowPeer {
+    fn submit(&self, _m: Message) -> Task {
+        let n = self.offers.fetch_add(1, Ordering::SeqCst) + 1;
+        let busy = || {
+            task(
+                &format!("t{n}"),
+                TaskState::Rejected,
+                Some("task rejected: capsule is busy"),
+            )
+        };
+        if n == 1 {
+            return busy();
+        }
+        let _ = self.gate.recv_timeout(Duration::from_secs(20));
+        match self.mode {
+            InFlight::Take => task(&format!("t{n}"), TaskState::Working, None),
+            InFlight::Busy | InFlight::Silent => busy(),
+        }
+    }
+    fn get(&self, id: &str) -> Option<Task> {
+        Some(task(id, TaskState::Working, None))
+    }
+    fn cancel(&self, id: &str) -> Result<Task, CancelError> {
+        let _ = self.cancels.send(id.to_string());
+        Ok(task(id, TaskState::Canceled, Some("canceled")))
+    }
+    fn wait_terminal(&self, id: &str, _t: Duration) -> Option<Task> {
+        self.get(id)
+    }
+    fn card(&self) -> AgentCard {
+        AgentCard::new("odd", "a slow fake peer")
+    }
+}
+
+/// lead calls `odd` (busy), sleeps `sleep` seconds while the runtime re-offers, then
+/// ends its last allowed turn: its task ends with the second offer in flight. For
+/// [`InFlight::Take`] and [`InFlight::Busy`] the peer answers that offer 300 ms after
+/// lead's last inference is in its trace; [`InFlight::Silent`] answers only after the
+/// run. Returns the formation (its records), the run, the peer's offer count and the CancelTask ids it received.
+fn in_flight_run(
+    mode: InFlight,
+    sleep: u32,
+) -> (
+    Formation,
+    support::FormationRun,
+    Arc<SlowPeer>,
+    crossbeam_channel::Receiver<String>,
+) {
+    let (gate_tx, gate_rx) = bounded(1);
+    let (cancel_tx, cancel_rx) = crossbeam_channel::unbounded();
+    let peer = Arc::new(SlowPeer {
+        mode,
+        gate: gate_rx,
+        offers: Default::default(),
+        cancels: cancel_tx,
+    });
+    let door = Door::start(
+        "127.0.0.1:0".parse().unwrap(),
+        "peer-token".into(),
+        peer.clone(),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    let f = Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [odd]}}\n  odd: {{door: \"{}\", token: {{env: ODD_TOKEN}}}}\n", door.url()))
+        .member(
+            "lead",
+            "  max_turns: 2\ncapabilities:\n  network: {allow: [localhost]}\n  shell: {allow: [sleep]}\n",
+            &format!("- tool_calls:\n    - {{name: call-member, input: {{member: odd, task: \"hello\"}}}}\n    - {{name: sleep, input: {{args: [\"{sleep}\"]}}}}\n- text: \"done early\"\n"),
+        );
+    // Opens the gate once lead's last inference (turn 2) is in its trace: its task is
+    // then ending, and the runtime waits for the answer to the offer in flight.
+    let trace = f.records.join("lead/trace.jsonl");
+    let opener_tx = gate_tx.clone();
+    let opener = std::thread::spawn(move || {
+        if mode == InFlight::Silent {
+            return;
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < until {
+            let text = std::fs::read_to_string(&trace).unwrap_or_default();
+            if text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .any(|r| r["type"] == "inference" && r["turn"] == 2)
+            {
+                std::thread::sleep(Duration::from_millis(300));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = opener_tx.send(());
+    });
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    opener.join().unwrap();
+    // A silent peer's held offer is let go now, so the door can shut down.
+    drop(gate_tx);
+    drop(door);
+    (f, run, peer, cancel_rx)
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_takes_it() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Take, 3);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "done early\n");
+    let lead = run.member("lead");
+    let id = &call_ids(&lead)[0];
+    assert_eq!(lead.records("tool_call")[0]["summary"], "Called odd: busy");
+    assert_eq!(lead.one("member_call_busy")["offer"], 1);
+    let start = lead.one("member_call_start");
+    assert_eq!(start["offer"], 2);
+    assert_eq!(start["member_task"], "t2");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["call_id"], id.as_str());
+    assert_eq!(mc["status"], "abandoned", "{}", run.dump());
+    assert_eq!(
+        mc["output"],
+        "the calling task ended just after odd took the task; a cancel was sent to odd"
+    );
+    assert_eq!(mc["member_task"], "t2");
+    assert_eq!(mc["delivered"], false);
+    // The runtime sent that task CancelTask, and only that one.
+    assert_eq!(
+        cancels.recv_timeout(Duration::from_secs(5)).as_deref(),
+        Ok("t2")
+    );
+    assert!(cancels.try_recv().is_err());
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_stays_silent() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Silent, 2);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(lead.one("member_call_busy")["offer"], 1);
+    assert!(lead.records("member_call_start").is_empty());
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "abandoned", "{}", run.dump());
+    assert_eq!(
+        mc["output"],
+        "the calling task ended while an offer to odd was in flight; odd may hold the task"
+    );
+    assert_eq!(mc["member_task"], Value::Null);
+    assert_eq!(mc["delivered"], false);
+    // The task waited about 6 s for the offer's answer before it ended.
+    let last = lead
+        .records("inference")
+        .into_iter()
+        .find(|r| r["turn"] == 2)
+        .unwrap();
+    let waited = ms(&lead.one("task_end")["ts"])
+        .duration_since(ms(&last["ts"]))
+        .unwrap();
+    assert!(
+        waited >= Duration::from_millis(5500) && waited < Duration::from_millis(8500),
+        "{waited:?}"
+    );
+    assert!(cancels.try_recv().is_err(), "no cancel without a task id");
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_turns_it_away_busy() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Busy, 3);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let busy = lead.records("member_call_busy");
+    let offers: Vec<&Value> = busy.iter().map(|r| &r["offer"]).collect();
+    assert_eq!(offers, [&json!(1), &json!(2)], "{}", run.dump());
+    assert!(lead.records("member_call_start").is_empty());
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "abandoned");
+    assert_eq!(
+        mc["output"],
+        "never held: the calling task ended before odd took the task; odd was busy and was never handed it"
+    );
+    assert_eq!(mc["delivered"], false);
+    // That offer's member_call_busy is written before the call is accounted for, and
+    // the second offer came after lead's last inference began: it was in flight.
+    let trace = lead.trace();
+    let pos = |pred: &dyn Fn(&Value) -> bool| trace.iter().position(pred).unwrap();
+    assert!(
+        pos(&|r| r["type"] == "member_call_busy" && r["offer"] == 2)
+            < pos(&|r| r["type"] == "member_call")
+    );
+    // No offer after the calling task ended, and no cancel.
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+    assert!(cancels.try_recv().is_err());
+}
