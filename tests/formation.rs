@@ -1277,3 +1277,307 @@ fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_turns_it_away_b
     assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
     assert!(cancels.try_recv().is_err());
 }
+
+// --- a member session behind its own door, played in process -----------------------
+
+/// A peer reached over HTTP: each offer makes a WORKING task (or, with `refuse`, is
+/// turned away with that status message). Its tasks stay WORKING until `done` opens, then complete with
+/// `answer`. With `hold`, each SendMessage waits until it opens.
+struct GatedPeer {
+    answer: &'static str,
+    refuse: Option<&'static str>,
+    hold: Option<crossbeam_channel::Receiver<()>>,
+    done: crossbeam_channel::Receiver<()>,
+    finished: std::sync::atomic::AtomicBool,
+    cancels: Sender<String>,
+}
+
+impl GatedPeer {
+    fn start(
+        answer: &'static str,
+        refuse: Option<&'static str>,
+        hold: Option<crossbeam_channel::Receiver<()>>,
+        done: crossbeam_channel::Receiver<()>,
+        cancels: Sender<String>,
+    ) -> Door {
+        let peer = GatedPeer {
+            answer,
+            refuse,
+            hold,
+            done,
+            finished: Default::default(),
+            cancels,
+        };
+        Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "peer-token".into(),
+            Arc::new(peer),
+            DoorLimits::default(),
+        )
+        .unwrap()
+    }
+}
+
+impl TaskHandler for GatedPeer {
+    fn submit(&self, _m: Message) -> Task {
+        if let Some(h) = &self.hold {
+            let _ = h.recv_timeout(Duration::from_secs(20));
+        }
+        if let Some(why) = self.refuse {
+            return task("r1", TaskState::Rejected, Some(why));
+        }
+        task(&format!("{}-1", self.answer), TaskState::Working, None)
+    }
+    fn get(&self, id: &str) -> Option<Task> {
+        if self.done.try_recv().is_ok() {
+            self.finished.store(true, Ordering::SeqCst);
+        }
+        if !self.finished.load(Ordering::SeqCst) {
+            return Some(task(id, TaskState::Working, None));
+        }
+        let mut t = task(id, TaskState::Completed, None);
+        t.artifacts.push(Artifact::text("answer", self.answer));
+        Some(t)
+    }
+    fn cancel(&self, id: &str) -> Result<Task, CancelError> {
+        let _ = self.cancels.send(id.to_string());
+        Ok(task(id, TaskState::Canceled, None))
+    }
+    fn wait_terminal(&self, id: &str, _t: Duration) -> Option<Task> {
+        self.get(id)
+    }
+    fn card(&self) -> AgentCard {
+        AgentCard::new("gated", "a gated fake peer")
+    }
+}
+
+/// The member `helper` run in this process the way `mur run --roster` runs a called
+/// member: a script-driver session serving its board under `after_task: sleep`,
+/// behind its own door (bearer `member-token`), calling the given peers over HTTP.
+struct LiveMember {
+    root: tempfile::TempDir,
+    door: Option<Door>,
+    client: mur::a2a::A2aClient,
+    shutdown: mur::signals::ShutdownHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveMember {
+    fn start(script: &str, callees: &[(&str, String)]) -> LiveMember {
+        use mur::formation::board::Board;
+        use mur::formation::link::Link;
+        use mur::formation::wire::{HttpLink, MemberHandler};
+        use mur::session::{MemberRole, SessionSpec};
+
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("helper");
+        std::fs::create_dir_all(dir.join("work")).unwrap();
+        std::fs::write(dir.join("murmur.yaml"), "name: helper\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: replies.yaml}\ncapabilities:\n  network: {allow: [localhost]}\n").unwrap();
+        std::fs::write(dir.join("replies.yaml"), script).unwrap();
+        let names: Vec<String> = callees.iter().map(|(n, _)| n.to_string()).collect();
+        let loaded = mur::staging::load_capsule(&dir, &names).unwrap();
+        let staged = mur::staging::stage_member(
+            &root.path().join("home"),
+            &loaded.dir,
+            &loaded.text,
+            &loaded.manifest,
+            &names,
+        )
+        .unwrap();
+        let system_prompt = mur::staging::system_prompt(&loaded.dir, &loaded.manifest).unwrap();
+        let (board, inbox) = Board::new(loaded.manifest.task_acceptance);
+        let board = Arc::new(board);
+        let door = Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "member-token".into(),
+            Arc::new(MemberHandler::new(board.clone(), "helper", "helps")),
+            DoorLimits::default(),
+        )
+        .unwrap();
+        let mut roster = vec!["lead".to_string(), "helper".to_string()];
+        roster.extend(names.iter().cloned());
+        let spec = SessionSpec {
+            manifest: loaded.manifest,
+            staged,
+            records_dir: root.path().join("records"),
+            deadline: None,
+            choice: "s".into(),
+            system_prompt,
+            member: Some(MemberRole {
+                name: "helper".into(),
+                callees: callees
+                    .iter()
+                    .map(|(n, url)| {
+                        let l: Arc<dyn Link> = Arc::new(HttpLink::new(url, "peer-token"));
+                        (n.to_string(), l)
+                    })
+                    .collect(),
+                roster: Arc::new(roster),
+                call_deadline: Duration::from_secs(600),
+            }),
+        };
+        let shutdown = mur::signals::ShutdownHandle::new();
+        let rx = shutdown.receiver();
+        let thread = std::thread::spawn(move || {
+            mur::session::serve(
+                spec,
+                board,
+                inbox,
+                mur::manifest::AfterTask::Sleep,
+                rx,
+                mur::progress::Progress::none(),
+            )
+            .unwrap();
+        });
+        let client = mur::a2a::A2aClient::new(door.url(), "member-token");
+        LiveMember {
+            root,
+            door: Some(door),
+            client,
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    /// Reads the task through the door until its status message is `want` (state
+    /// WORKING), or panics after 20 s naming what it saw.
+    fn wait_status(&self, id: &str, want: &str) -> Task {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        loop {
+            let t = self.client.get_task(id).unwrap();
+            let m = t.status.message_text();
+            if m.as_deref() == Some(want) {
+                assert_eq!(t.status.state, TaskState::Working, "{want}");
+                return t;
+            }
+            if seen.last() != Some(&m) {
+                seen.push(m);
+            }
+            assert!(
+                std::time::Instant::now() < until && !t.is_terminal(),
+                "never saw {want:?}; saw {seen:?}, now {:?}",
+                t.status.state
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Ends the session and returns its trace.
+    fn stop(&mut self) -> Vec<Value> {
+        self.shutdown.fire(0);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        if let Some(d) = self.door.take() {
+            d.shutdown();
+        }
+        support::read_trace(&self.root.path().join("records"))
+    }
+}
+
+fn of_type<'a>(trace: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    trace.iter().filter(|r| r["type"] == kind).collect()
+}
+
+#[test]
+fn waiting_member_shows_calls_outstanding_then_continuing_through_its_door() {
+    let (cancel_tx, _cancels) = crossbeam_channel::unbounded();
+    let (done1, done1_rx) = bounded(1);
+    let (done2, done2_rx) = bounded(1);
+    let (hold3, hold3_rx) = bounded(1);
+    let (_done3, done3_rx) = bounded::<()>(1);
+    let p1 = GatedPeer::start("P1-ANSWER", None, None, done1_rx, cancel_tx.clone());
+    let p2 = GatedPeer::start("P2-ANSWER", None, None, done2_rx, cancel_tx.clone());
+    // p3's SendMessage is held while the test reads the continuing status: the tool
+    // call of the continued turn is then running and the status cannot move on.
+    let p3 = GatedPeer::start(
+        "P3",
+        Some("task rejected: not today"),
+        Some(hold3_rx),
+        done3_rx,
+        cancel_tx,
+    );
+    let script = "- tool_calls:\n    - {name: call-member, input: {member: p1, task: one}}\n    - {name: call-member, input: {member: p2, task: two}}\n- text: waiting\n- tool_calls:\n    - {name: call-member, input: {member: p3, task: three}}\n- text: HELPER-DONE\n";
+    let mut m = LiveMember::start(
+        script,
+        &[("p1", p1.url()), ("p2", p2.url()), ("p3", p3.url())],
+    );
+    let t = m.client.send_message("review", None, true).unwrap();
+    // Once when the wait starts...
+    m.wait_status(&t.id, "waiting on call-member: 2 call(s) outstanding");
+    done1.send(()).unwrap();
+    // ...again with the new count when an answer arrives while another is out...
+    m.wait_status(&t.id, "waiting on call-member: 1 call(s) outstanding");
+    done2.send(()).unwrap();
+    // ...then the continuation.
+    m.wait_status(&t.id, "continuing with 2 member answer(s)");
+    hold3.send(()).unwrap();
+    let end = m.client.send_message("noop", None, true).unwrap();
+    assert_eq!(end.status.state, TaskState::Rejected, "still busy");
+    let mut last = m.client.get_task(&t.id).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !last.is_terminal() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        last = m.client.get_task(&t.id).unwrap();
+    }
+    assert_eq!(last.status.state, TaskState::Completed);
+    assert_eq!(last.answer_text(), "HELPER-DONE");
+    let trace = m.stop();
+    let cont = of_type(&trace, "task_continued");
+    assert_eq!(cont.len(), 1);
+    assert_eq!(cont[0]["answers"], 2);
+    let text = cont[0]["text"].as_str().unwrap();
+    assert!(text.contains("\n<untrusted-content source=member:p1>\nP1-ANSWER\n</untrusted-content>\n\n[call-member] call "), "{text}");
+    assert!(text.ends_with("\n<untrusted-content source=member:p2>\nP2-ANSWER\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work."), "{text}");
+}
+
+#[test]
+fn member_task_canceled_while_waiting_for_answers_ends_canceled_and_abandons_its_calls() {
+    let (cancel_tx, cancels) = crossbeam_channel::unbounded();
+    let (_done1, done1_rx) = bounded::<()>(1);
+    let (_done2, done2_rx) = bounded::<()>(1);
+    let p1 = GatedPeer::start("P1", None, None, done1_rx, cancel_tx.clone());
+    let p2 = GatedPeer::start(
+        "P2",
+        Some("task rejected: capsule is busy"),
+        None,
+        done2_rx,
+        cancel_tx,
+    );
+    let script = "- tool_calls:\n    - {name: call-member, input: {member: p1, task: one}}\n    - {name: call-member, input: {member: p2, task: two}}\n- text: waiting\n- text: never\n";
+    let mut m = LiveMember::start(script, &[("p1", p1.url()), ("p2", p2.url())]);
+    let t = m.client.send_message("review", None, true).unwrap();
+    m.wait_status(&t.id, "waiting on call-member: 2 call(s) outstanding");
+    let canceled = m.client.cancel_task(&t.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert_eq!(
+        m.client.get_task(&t.id).unwrap().status.state,
+        TaskState::Canceled
+    );
+    let trace = m.stop();
+    let end = of_type(&trace, "task_end");
+    assert_eq!(end.len(), 1);
+    assert_eq!(end[0]["exit_status"], "canceled");
+    assert_eq!(end[0]["error"], "the task was canceled");
+    assert!(of_type(&trace, "task_continued").is_empty());
+    let calls = of_type(&trace, "member_call");
+    assert_eq!(calls.len(), 2);
+    let held = calls.iter().find(|c| c["member"] == "p1").unwrap();
+    assert_eq!(held["status"], "abandoned");
+    assert_eq!(held["delivered"], false);
+    assert_eq!(held["member_task"], "P1-1");
+    assert_eq!(
+        held["output"],
+        "the calling task ended while p1 worked on the task; p1's task was left running"
+    );
+    let busy = calls.iter().find(|c| c["member"] == "p2").unwrap();
+    assert_eq!(busy["status"], "abandoned");
+    assert_eq!(busy["delivered"], false);
+    assert_eq!(
+        busy["output"],
+        "never held: the calling task ended before p2 took the task; p2 was busy and was never handed it"
+    );
+    // A call abandoned while the member works leaves its task running.
+    assert!(cancels.try_recv().is_err());
+}
