@@ -1581,3 +1581,129 @@ fn member_task_canceled_while_waiting_for_answers_ends_canceled_and_abandons_its
     // A call abandoned while the member works leaves its task running.
     assert!(cancels.try_recv().is_err());
 }
+
+#[test]
+fn task_acceptance_queue_through_mur_door_queues_while_busy_and_runs_fifo() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    use mur::a2a::A2aClient;
+
+    let c = support::Capsule::scripted(
+        &["sleep"],
+        "task_acceptance: queue\n",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- text: \"ONE\"\n- text: \"TWO\"\n- text: \"THREE\"\n",
+    );
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    let client = A2aClient::new(url, "door-token");
+    let t1 = client.send_message("first", None, true).unwrap();
+    assert!(!t1.is_terminal());
+    // Busy with the first: the next two are queued, not refused.
+    let t2 = client.send_message("second", None, true).unwrap();
+    let t3 = client.send_message("third", None, true).unwrap();
+    for t in [&t2, &t3] {
+        assert_eq!(t.status.state, TaskState::Submitted, "{t:?}");
+        assert_eq!(
+            client.get_task(&t.id).unwrap().status.state,
+            TaskState::Submitted
+        );
+    }
+    let wait = |id: &str| {
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let t = client.get_task(id).unwrap();
+            if t.is_terminal() || std::time::Instant::now() > until {
+                return t;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let answers: Vec<String> = [&t1, &t2, &t3]
+        .iter()
+        .map(|t| {
+            let e = wait(&t.id);
+            assert_eq!(e.status.state, TaskState::Completed, "{e:?}");
+            e.answer_text()
+        })
+        .collect();
+    assert_eq!(answers, ["ONE", "TWO", "THREE"]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // First in, first out: each task starts after the one before it ended.
+    let trace = support::read_trace(&c.records);
+    let order: Vec<(String, String)> = trace
+        .iter()
+        .filter(|r| r["type"] == "task_start" || r["type"] == "task_end")
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["task"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [&t1.id, &t2.id, &t3.id]
+        .iter()
+        .flat_map(|id| {
+            [
+                ("task_start".to_string(), id.to_string()),
+                ("task_end".to_string(), id.to_string()),
+            ]
+        })
+        .collect();
+    assert_eq!(order, want);
+}
+
+#[test]
+fn member_output_is_cut_at_64_kib_on_a_char_boundary_in_the_continuation() {
+    // 100 KiB: 65 534 ASCII bytes, then 3-byte characters, the first of which spans
+    // byte 65 536; the cut keeps at most 64 KiB and never splits a character, so it
+    // ends before that character, at 65 534 bytes.
+    let head = "x".repeat(65_534);
+    let answer = format!("{head}{}yy", "€".repeat(12_288));
+    assert_eq!(answer.len(), 100 * 1024);
+    assert!(!answer.is_char_boundary(64 * 1024));
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"write\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+        .member("worker", "", &format!("- text: \"{answer}\"\n"));
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let worker = run.member("worker");
+    assert_eq!(worker.result_txt(), answer, "the worker's answer is whole");
+    let lead = run.member("lead");
+    let id = &call_ids(&lead)[0];
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "completed");
+    assert_eq!(mc["output"].as_str().unwrap(), head);
+    let text = lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        text,
+        format!("[call-member] call {id} to worker ended completed:\n<untrusted-content source=member:worker>\n{head}\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
+    );
+}
