@@ -18,6 +18,8 @@
 //! running is stopped when its task ends.
 
 pub mod deadline;
+#[cfg(test)]
+mod refusal_tests;
 pub mod status;
 
 use std::collections::{HashMap, HashSet};
