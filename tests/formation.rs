@@ -993,3 +993,648 @@ fn mur_check_roster_checks_a_formation_without_starting_it() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("looks like a roster.yaml: check it with `mur check --roster "));
 }
+
+// --- the calling task ends while a re-offer is on its way ------------------------
+
+/// What a peer does with the offer it holds while the calling task ends.
+#[derive(Clone, Copy, PartialEq)]
+enum InFlight {
+    /// Takes it: `TASK_STATE_WORKING`, task `t2`.
+    Take,
+    /// Turns it away busy.
+    Busy,
+    /// Says nothing until the test lets it go (after the run).
+    Silent,
+}
+
+/// A peer that turns the first offer away busy and holds the second until `gate`
+/// opens, then answers as `mode` says. Every CancelTask id goes to `cancels`.
+struct SlowPeer {
+    mode: InFlight,
+    gate: crossbeam_channel::Receiver<()>,
+    offers: std::sync::atomic::AtomicUsize,
+    cancels: Sender<String>,
+}
+
+impl TaskHandler for SlowPeer {
+    fn submit(&self, _m: Message) -> Task {
+        let n = self.offers.fetch_add(1, Ordering::SeqCst) + 1;
+        let busy = || {
+            task(
+                &format!("t{n}"),
+                TaskState::Rejected,
+                Some("task rejected: capsule is busy"),
+            )
+        };
+        if n == 1 {
+            return busy();
+        }
+        let _ = self.gate.recv_timeout(Duration::from_secs(20));
+        match self.mode {
+            InFlight::Take => task(&format!("t{n}"), TaskState::Working, None),
+            InFlight::Busy | InFlight::Silent => busy(),
+        }
+    }
+    fn get(&self, id: &str) -> Option<Task> {
+        Some(task(id, TaskState::Working, None))
+    }
+    fn cancel(&self, id: &str) -> Result<Task, CancelError> {
+        let _ = self.cancels.send(id.to_string());
+        Ok(task(id, TaskState::Canceled, Some("canceled")))
+    }
+    fn wait_terminal(&self, id: &str, _t: Duration) -> Option<Task> {
+        self.get(id)
+    }
+    fn card(&self) -> AgentCard {
+        AgentCard::new("odd", "a slow fake peer")
+    }
+}
+
+/// lead calls `odd` (busy), sleeps `sleep` seconds while the runtime re-offers, then
+/// ends its last allowed turn: its task ends with the second offer in flight. For
+/// [`InFlight::Take`] and [`InFlight::Busy`] the peer answers that offer 300 ms after
+/// lead's last inference is in its trace; [`InFlight::Silent`] answers only after the
+/// run. Returns the formation (its records), the run, the peer's offer count and the CancelTask ids it received.
+fn in_flight_run(
+    mode: InFlight,
+    sleep: u32,
+) -> (
+    Formation,
+    support::FormationRun,
+    Arc<SlowPeer>,
+    crossbeam_channel::Receiver<String>,
+) {
+    let (gate_tx, gate_rx) = bounded(1);
+    let (cancel_tx, cancel_rx) = crossbeam_channel::unbounded();
+    let peer = Arc::new(SlowPeer {
+        mode,
+        gate: gate_rx,
+        offers: Default::default(),
+        cancels: cancel_tx,
+    });
+    let door = Door::start(
+        "127.0.0.1:0".parse().unwrap(),
+        "peer-token".into(),
+        peer.clone(),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    let f = Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [odd]}}\n  odd: {{door: \"{}\", token: {{env: ODD_TOKEN}}}}\n", door.url()))
+        .member(
+            "lead",
+            "  max_turns: 2\ncapabilities:\n  network: {allow: [localhost]}\n  shell: {allow: [sleep]}\n",
+            &format!("- tool_calls:\n    - {{name: call-member, input: {{member: odd, task: \"hello\"}}}}\n    - {{name: sleep, input: {{args: [\"{sleep}\"]}}}}\n- text: \"done early\"\n"),
+        );
+    // Opens the gate once lead's last inference (turn 2) is in its trace: its task is
+    // then ending, and the runtime waits for the answer to the offer in flight.
+    let trace = f.records.join("lead/trace.jsonl");
+    let opener_tx = gate_tx.clone();
+    let opener = std::thread::spawn(move || {
+        if mode == InFlight::Silent {
+            return;
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < until {
+            let text = std::fs::read_to_string(&trace).unwrap_or_default();
+            if text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .any(|r| r["type"] == "inference" && r["turn"] == 2)
+            {
+                std::thread::sleep(Duration::from_millis(300));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = opener_tx.send(());
+    });
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    opener.join().unwrap();
+    // A silent peer's held offer is let go now, so the door can shut down.
+    drop(gate_tx);
+    drop(door);
+    (f, run, peer, cancel_rx)
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_takes_it() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Take, 3);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "done early\n");
+    let lead = run.member("lead");
+    let id = &call_ids(&lead)[0];
+    assert_eq!(lead.records("tool_call")[0]["summary"], "Called odd: busy");
+    assert_eq!(lead.one("member_call_busy")["offer"], 1);
+    let start = lead.one("member_call_start");
+    assert_eq!(start["offer"], 2);
+    assert_eq!(start["member_task"], "t2");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["call_id"], id.as_str());
+    assert_eq!(mc["status"], "abandoned", "{}", run.dump());
+    assert_eq!(
+        mc["output"],
+        "the calling task ended just after odd took the task; a cancel was sent to odd"
+    );
+    assert_eq!(mc["member_task"], "t2");
+    assert_eq!(mc["delivered"], false);
+    // The runtime sent that task CancelTask, and only that one.
+    assert_eq!(
+        cancels.recv_timeout(Duration::from_secs(5)).as_deref(),
+        Ok("t2")
+    );
+    assert!(cancels.try_recv().is_err());
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_stays_silent() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Silent, 2);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    assert_eq!(lead.one("member_call_busy")["offer"], 1);
+    assert!(lead.records("member_call_start").is_empty());
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "abandoned", "{}", run.dump());
+    assert_eq!(
+        mc["output"],
+        "the calling task ended while an offer to odd was in flight; odd may hold the task"
+    );
+    assert_eq!(mc["member_task"], Value::Null);
+    assert_eq!(mc["delivered"], false);
+    // The task waited about 6 s for the offer's answer before it ended.
+    let last = lead
+        .records("inference")
+        .into_iter()
+        .find(|r| r["turn"] == 2)
+        .unwrap();
+    let waited = ms(&lead.one("task_end")["ts"])
+        .duration_since(ms(&last["ts"]))
+        .unwrap();
+    assert!(
+        waited >= Duration::from_millis(5500) && waited < Duration::from_millis(8500),
+        "{waited:?}"
+    );
+    assert!(cancels.try_recv().is_err(), "no cancel without a task id");
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_turns_it_away_busy() {
+    let (_f, run, peer, cancels) = in_flight_run(InFlight::Busy, 3);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let busy = lead.records("member_call_busy");
+    let offers: Vec<&Value> = busy.iter().map(|r| &r["offer"]).collect();
+    assert_eq!(offers, [&json!(1), &json!(2)], "{}", run.dump());
+    assert!(lead.records("member_call_start").is_empty());
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "abandoned");
+    assert_eq!(
+        mc["output"],
+        "never held: the calling task ended before odd took the task; odd was busy and was never handed it"
+    );
+    assert_eq!(mc["delivered"], false);
+    // That offer's member_call_busy is written before the call is accounted for, and
+    // the second offer came after lead's last inference began: it was in flight.
+    let trace = lead.trace();
+    let pos = |pred: &dyn Fn(&Value) -> bool| trace.iter().position(pred).unwrap();
+    assert!(
+        pos(&|r| r["type"] == "member_call_busy" && r["offer"] == 2)
+            < pos(&|r| r["type"] == "member_call")
+    );
+    // No offer after the calling task ended, and no cancel.
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 2);
+    assert!(cancels.try_recv().is_err());
+}
+
+// --- a member session behind its own door, played in process -----------------------
+
+/// A peer reached over HTTP: each offer makes a WORKING task (or, with `refuse`, is
+/// turned away with that status message). Its tasks stay WORKING until `done` opens, then complete with
+/// `answer`. With `hold`, each SendMessage waits until it opens.
+struct GatedPeer {
+    answer: &'static str,
+    refuse: Option<&'static str>,
+    hold: Option<crossbeam_channel::Receiver<()>>,
+    done: crossbeam_channel::Receiver<()>,
+    finished: std::sync::atomic::AtomicBool,
+    cancels: Sender<String>,
+}
+
+impl GatedPeer {
+    fn start(
+        answer: &'static str,
+        refuse: Option<&'static str>,
+        hold: Option<crossbeam_channel::Receiver<()>>,
+        done: crossbeam_channel::Receiver<()>,
+        cancels: Sender<String>,
+    ) -> Door {
+        let peer = GatedPeer {
+            answer,
+            refuse,
+            hold,
+            done,
+            finished: Default::default(),
+            cancels,
+        };
+        Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "peer-token".into(),
+            Arc::new(peer),
+            DoorLimits::default(),
+        )
+        .unwrap()
+    }
+}
+
+impl TaskHandler for GatedPeer {
+    fn submit(&self, _m: Message) -> Task {
+        if let Some(h) = &self.hold {
+            let _ = h.recv_timeout(Duration::from_secs(20));
+        }
+        if let Some(why) = self.refuse {
+            return task("r1", TaskState::Rejected, Some(why));
+        }
+        task(&format!("{}-1", self.answer), TaskState::Working, None)
+    }
+    fn get(&self, id: &str) -> Option<Task> {
+        if self.done.try_recv().is_ok() {
+            self.finished.store(true, Ordering::SeqCst);
+        }
+        if !self.finished.load(Ordering::SeqCst) {
+            return Some(task(id, TaskState::Working, None));
+        }
+        let mut t = task(id, TaskState::Completed, None);
+        t.artifacts.push(Artifact::text("answer", self.answer));
+        Some(t)
+    }
+    fn cancel(&self, id: &str) -> Result<Task, CancelError> {
+        let _ = self.cancels.send(id.to_string());
+        Ok(task(id, TaskState::Canceled, None))
+    }
+    fn wait_terminal(&self, id: &str, _t: Duration) -> Option<Task> {
+        self.get(id)
+    }
+    fn card(&self) -> AgentCard {
+        AgentCard::new("gated", "a gated fake peer")
+    }
+}
+
+/// The member `helper` run in this process the way `mur run --roster` runs a called
+/// member: a script-driver session serving its board under `after_task: sleep`,
+/// behind its own door (bearer `member-token`), calling the given peers over HTTP.
+struct LiveMember {
+    root: tempfile::TempDir,
+    door: Option<Door>,
+    client: mur::a2a::A2aClient,
+    shutdown: mur::signals::ShutdownHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveMember {
+    fn start(script: &str, callees: &[(&str, String)]) -> LiveMember {
+        use mur::formation::board::Board;
+        use mur::formation::link::Link;
+        use mur::formation::wire::{HttpLink, MemberHandler};
+        use mur::session::{MemberRole, SessionSpec};
+
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("helper");
+        std::fs::create_dir_all(dir.join("work")).unwrap();
+        std::fs::write(dir.join("murmur.yaml"), "name: helper\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: replies.yaml}\ncapabilities:\n  network: {allow: [localhost]}\n").unwrap();
+        std::fs::write(dir.join("replies.yaml"), script).unwrap();
+        let names: Vec<String> = callees.iter().map(|(n, _)| n.to_string()).collect();
+        let loaded = mur::staging::load_capsule(&dir, &names).unwrap();
+        let staged = mur::staging::stage_member(
+            &root.path().join("home"),
+            &loaded.dir,
+            &loaded.text,
+            &loaded.manifest,
+            &names,
+        )
+        .unwrap();
+        let system_prompt = mur::staging::system_prompt(&loaded.dir, &loaded.manifest).unwrap();
+        let (board, inbox) = Board::new(loaded.manifest.task_acceptance);
+        let board = Arc::new(board);
+        let door = Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "member-token".into(),
+            Arc::new(MemberHandler::new(board.clone(), "helper", "helps")),
+            DoorLimits::default(),
+        )
+        .unwrap();
+        let mut roster = vec!["lead".to_string(), "helper".to_string()];
+        roster.extend(names.iter().cloned());
+        let spec = SessionSpec {
+            manifest: loaded.manifest,
+            staged,
+            records_dir: root.path().join("records"),
+            deadline: None,
+            choice: "s".into(),
+            system_prompt,
+            member: Some(MemberRole {
+                name: "helper".into(),
+                callees: callees
+                    .iter()
+                    .map(|(n, url)| {
+                        let l: Arc<dyn Link> = Arc::new(HttpLink::new(url, "peer-token"));
+                        (n.to_string(), l)
+                    })
+                    .collect(),
+                roster: Arc::new(roster),
+                call_deadline: Duration::from_secs(600),
+            }),
+        };
+        let shutdown = mur::signals::ShutdownHandle::new();
+        let rx = shutdown.receiver();
+        let thread = std::thread::spawn(move || {
+            mur::session::serve(
+                spec,
+                board,
+                inbox,
+                mur::manifest::AfterTask::Sleep,
+                rx,
+                mur::progress::Progress::none(),
+            )
+            .unwrap();
+        });
+        let client = mur::a2a::A2aClient::new(door.url(), "member-token");
+        LiveMember {
+            root,
+            door: Some(door),
+            client,
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    /// Reads the task through the door until its status message is `want` (state
+    /// WORKING), or panics after 20 s naming what it saw.
+    fn wait_status(&self, id: &str, want: &str) -> Task {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        loop {
+            let t = self.client.get_task(id).unwrap();
+            let m = t.status.message_text();
+            if m.as_deref() == Some(want) {
+                assert_eq!(t.status.state, TaskState::Working, "{want}");
+                return t;
+            }
+            if seen.last() != Some(&m) {
+                seen.push(m);
+            }
+            assert!(
+                std::time::Instant::now() < until && !t.is_terminal(),
+                "never saw {want:?}; saw {seen:?}, now {:?}",
+                t.status.state
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Ends the session and returns its trace.
+    fn stop(&mut self) -> Vec<Value> {
+        self.shutdown.fire(0);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        if let Some(d) = self.door.take() {
+            d.shutdown();
+        }
+        support::read_trace(&self.root.path().join("records"))
+    }
+}
+
+fn of_type<'a>(trace: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    trace.iter().filter(|r| r["type"] == kind).collect()
+}
+
+#[test]
+fn waiting_member_shows_calls_outstanding_then_continuing_through_its_door() {
+    let (cancel_tx, _cancels) = crossbeam_channel::unbounded();
+    let (done1, done1_rx) = bounded(1);
+    let (done2, done2_rx) = bounded(1);
+    let (hold3, hold3_rx) = bounded(1);
+    let (_done3, done3_rx) = bounded::<()>(1);
+    let p1 = GatedPeer::start("P1-ANSWER", None, None, done1_rx, cancel_tx.clone());
+    let p2 = GatedPeer::start("P2-ANSWER", None, None, done2_rx, cancel_tx.clone());
+    // p3's SendMessage is held while the test reads the continuing status: the tool
+    // call of the continued turn is then running and the status cannot move on.
+    let p3 = GatedPeer::start(
+        "P3",
+        Some("task rejected: not today"),
+        Some(hold3_rx),
+        done3_rx,
+        cancel_tx,
+    );
+    let script = "- tool_calls:\n    - {name: call-member, input: {member: p1, task: one}}\n    - {name: call-member, input: {member: p2, task: two}}\n- text: waiting\n- tool_calls:\n    - {name: call-member, input: {member: p3, task: three}}\n- text: HELPER-DONE\n";
+    let mut m = LiveMember::start(
+        script,
+        &[("p1", p1.url()), ("p2", p2.url()), ("p3", p3.url())],
+    );
+    let t = m.client.send_message("review", None, true).unwrap();
+    // Once when the wait starts...
+    m.wait_status(&t.id, "waiting on call-member: 2 call(s) outstanding");
+    done1.send(()).unwrap();
+    // ...again with the new count when an answer arrives while another is out...
+    m.wait_status(&t.id, "waiting on call-member: 1 call(s) outstanding");
+    done2.send(()).unwrap();
+    // ...then the continuation.
+    m.wait_status(&t.id, "continuing with 2 member answer(s)");
+    // p3 is held: the member is still busy with the task, so a new one is refused.
+    let end = m.client.send_message("noop", None, true).unwrap();
+    assert_eq!(end.status.state, TaskState::Rejected, "still busy");
+    hold3.send(()).unwrap();
+    let mut last = m.client.get_task(&t.id).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !last.is_terminal() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        last = m.client.get_task(&t.id).unwrap();
+    }
+    assert_eq!(last.status.state, TaskState::Completed);
+    assert_eq!(last.answer_text(), "HELPER-DONE");
+    let trace = m.stop();
+    let cont = of_type(&trace, "task_continued");
+    assert_eq!(cont.len(), 1);
+    assert_eq!(cont[0]["answers"], 2);
+    let text = cont[0]["text"].as_str().unwrap();
+    assert!(text.contains("\n<untrusted-content source=member:p1>\nP1-ANSWER\n</untrusted-content>\n\n[call-member] call "), "{text}");
+    assert!(text.ends_with("\n<untrusted-content source=member:p2>\nP2-ANSWER\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work."), "{text}");
+}
+
+#[test]
+fn member_task_canceled_while_waiting_for_answers_ends_canceled_and_abandons_its_calls() {
+    let (cancel_tx, cancels) = crossbeam_channel::unbounded();
+    let (_done1, done1_rx) = bounded::<()>(1);
+    let (_done2, done2_rx) = bounded::<()>(1);
+    let p1 = GatedPeer::start("P1", None, None, done1_rx, cancel_tx.clone());
+    let p2 = GatedPeer::start(
+        "P2",
+        Some("task rejected: capsule is busy"),
+        None,
+        done2_rx,
+        cancel_tx,
+    );
+    let script = "- tool_calls:\n    - {name: call-member, input: {member: p1, task: one}}\n    - {name: call-member, input: {member: p2, task: two}}\n- text: waiting\n- text: never\n";
+    let mut m = LiveMember::start(script, &[("p1", p1.url()), ("p2", p2.url())]);
+    let t = m.client.send_message("review", None, true).unwrap();
+    m.wait_status(&t.id, "waiting on call-member: 2 call(s) outstanding");
+    let canceled = m.client.cancel_task(&t.id).unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    assert_eq!(
+        m.client.get_task(&t.id).unwrap().status.state,
+        TaskState::Canceled
+    );
+    let trace = m.stop();
+    let end = of_type(&trace, "task_end");
+    assert_eq!(end.len(), 1);
+    assert_eq!(end[0]["exit_status"], "canceled");
+    assert_eq!(end[0]["error"], "the task was canceled");
+    assert!(of_type(&trace, "task_continued").is_empty());
+    let calls = of_type(&trace, "member_call");
+    assert_eq!(calls.len(), 2);
+    let held = calls.iter().find(|c| c["member"] == "p1").unwrap();
+    assert_eq!(held["status"], "abandoned");
+    assert_eq!(held["delivered"], false);
+    assert_eq!(held["member_task"], "P1-1");
+    assert_eq!(
+        held["output"],
+        "the calling task ended while p1 worked on the task; p1's task was left running"
+    );
+    let busy = calls.iter().find(|c| c["member"] == "p2").unwrap();
+    assert_eq!(busy["status"], "abandoned");
+    assert_eq!(busy["delivered"], false);
+    assert_eq!(
+        busy["output"],
+        "never held: the calling task ended before p2 took the task; p2 was busy and was never handed it"
+    );
+    // A call abandoned while the member works leaves its task running.
+    assert!(cancels.try_recv().is_err());
+}
+
+#[test]
+fn task_acceptance_queue_through_mur_door_queues_while_busy_and_runs_fifo() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    use mur::a2a::A2aClient;
+
+    let c = support::Capsule::scripted(
+        &["sleep"],
+        "task_acceptance: queue\n",
+        "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- text: \"ONE\"\n- text: \"TWO\"\n- text: \"THREE\"\n",
+    );
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    let client = A2aClient::new(url, "door-token");
+    let t1 = client.send_message("first", None, true).unwrap();
+    assert!(!t1.is_terminal());
+    // Busy with the first: the next two are queued, not refused.
+    let t2 = client.send_message("second", None, true).unwrap();
+    let t3 = client.send_message("third", None, true).unwrap();
+    for t in [&t2, &t3] {
+        assert_eq!(t.status.state, TaskState::Submitted, "{t:?}");
+        assert_eq!(
+            client.get_task(&t.id).unwrap().status.state,
+            TaskState::Submitted
+        );
+    }
+    let wait = |id: &str| {
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let t = client.get_task(id).unwrap();
+            if t.is_terminal() || std::time::Instant::now() > until {
+                return t;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let answers: Vec<String> = [&t1, &t2, &t3]
+        .iter()
+        .map(|t| {
+            let e = wait(&t.id);
+            assert_eq!(e.status.state, TaskState::Completed, "{e:?}");
+            e.answer_text()
+        })
+        .collect();
+    assert_eq!(answers, ["ONE", "TWO", "THREE"]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // First in, first out: each task starts after the one before it ended.
+    let trace = support::read_trace(&c.records);
+    let order: Vec<(String, String)> = trace
+        .iter()
+        .filter(|r| r["type"] == "task_start" || r["type"] == "task_end")
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["task"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [&t1.id, &t2.id, &t3.id]
+        .iter()
+        .flat_map(|id| {
+            [
+                ("task_start".to_string(), id.to_string()),
+                ("task_end".to_string(), id.to_string()),
+            ]
+        })
+        .collect();
+    assert_eq!(order, want);
+}
+
+#[test]
+fn member_output_is_cut_at_64_kib_on_a_char_boundary_in_the_continuation() {
+    // 100 KiB: 65 534 ASCII bytes, then 3-byte characters, the first of which spans
+    // byte 65 536; the cut keeps at most 64 KiB and never splits a character, so it
+    // ends before that character, at 65 534 bytes.
+    let head = "x".repeat(65_534);
+    let answer = format!("{head}{}yy", "€".repeat(12_288));
+    assert_eq!(answer.len(), 100 * 1024);
+    assert!(!answer.is_char_boundary(64 * 1024));
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"write\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+        .member("worker", "", &format!("- text: \"{answer}\"\n"));
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let worker = run.member("worker");
+    assert_eq!(worker.result_txt(), answer, "the worker's answer is whole");
+    let lead = run.member("lead");
+    let id = &call_ids(&lead)[0];
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "completed");
+    assert_eq!(mc["output"].as_str().unwrap(), head);
+    let text = lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        text,
+        format!("[call-member] call {id} to worker ended completed:\n<untrusted-content source=member:worker>\n{head}\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
+    );
+}

@@ -21,6 +21,8 @@ mod calls;
 pub mod deadline;
 mod dispatch;
 mod infer;
+#[cfg(test)]
+mod refusal_tests;
 pub mod status;
 mod task;
 
