@@ -102,7 +102,7 @@ fn exit_status_section() -> String {
         ),
         (
             exit::EXIT_LIMIT,
-            "The deadline passed, or a ceiling was hit\n(\\fIdeadline\\fR, \\fImax_turns\\fR, \\fIspend_ceiling\\fR).",
+            "The deadline passed, or a ceiling was hit:\n\\fIdeadline\\fR (the \\fB\\-\\-deadline\\fR passed),\n\\fImax_turns\\fR (the \\fIinference.max_turns\\fR cap ran out) or\n\\fIspend_ceiling\\fR (the \\fIinference.max_session_tokens\\fR ceiling was reached).",
         ),
         (
             exit::EXIT_INTERRUPTED,
@@ -126,14 +126,17 @@ fn exit_status_section() -> String {
 const ENVIRONMENT: &str = r#".SH ENVIRONMENT
 .TP
 .B MURMUR_HOME
-The directory holding records, runtime directories and the global
-artifact store.
-Default: \fI$HOME/.murmur\fR.
+The directory holding records and runtime directories.
+Default: \fI$HOME/.murmur\fR; a relative path is made absolute.
 .TP
 .B MURMUR_DELEGATION_TIMEOUT_SECS
 The bound, in whole seconds, of one member call or delegation
 when the manifest does not set \fIlifecycle.delegation_deadline_secs\fR.
 Default: 600.
+.TP
+.B MURMUR_DOOR_TOKEN
+The bearer token of \fBmur door\fR when \fB\-\-token\-file\fR is not given;
+see \fBmur\-door\fR(1).
 .TP
 .B RUST_LOG
 The diagnostic log filter for standard error, in env_logger syntax
@@ -162,9 +165,10 @@ PATH is the capsule directory's absolute path without its leading slash.
 .TP
 .I $MURMUR_HOME/run/SESSION/
 The runtime directory written at staging.
-.TP
-.I $MURMUR_HOME/store/
-The global artifact store.
+.PP
+This build has no artifact store (no \fI$MURMUR_HOME/store/\fR):
+it uses nothing under \fI$MURMUR_HOME\fR
+but the two directories above.
 "#;
 
 /// The SEE ALSO section: the other pages of the manual.

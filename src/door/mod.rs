@@ -14,6 +14,15 @@
 //!   token is a bare HTTP 401 with `WWW-Authenticate: Bearer` and an empty body, checked
 //!   before anything else of the request is read.
 //!
+//! What `SendMessage` takes: `params.message` with `role` (`ROLE_USER`), at least one
+//! part (a task handler reads the text of the `text` parts) and, by convention, a
+//! `messageId` (not required here); optional `params.configuration.returnImmediately`
+//! (else the call blocks until the task ends, bounded by [`DoorLimits::send_wait`] and
+//! [`DoorLimits::max_blocking_sends`]). How many tasks `GetTask` can still read is the
+//! handler's business: [`TaskBook`] keeps [`book::DEFAULT_CAPACITY`]; the formation
+//! board that `mur door` and formation members serve keeps every unfinished task and
+//! the 1000 most recent finished ones.
+//!
 //! The HTTP server is our own small blocking HTTP/1.1 server on `std::net` (see
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
 //! Limits are in [`DoorLimits`].

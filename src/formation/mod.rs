@@ -2,9 +2,13 @@
 //! `call-member` (spec, "call-member" and "end-without-answer").
 //!
 //! - [`board`]: a member's task store: what its door answers (`SendMessage`, `GetTask`,
-//!   `CancelTask`), busy refusals, queueing, the no-answer metadata.
+//!   `CancelTask`), busy refusals, queueing, the no-answer metadata. It keeps every
+//!   unfinished task and the [`board::KEEP_FINISHED`] (1000) most recent finished ones
+//!   for `GetTask`; `mur door` serves the same board.
 //! - [`link`]: how a caller reaches a member's door ([`link::Link`]), independent of
-//!   the wire: in process for members of this process, A2A over HTTP for the others.
+//!   the wire. A launch reaches every member over A2A HTTP ([`wire::HttpLink`]), local
+//!   members included (through their loopback doors); [`link::LocalLink`], in process,
+//!   is used by no launch.
 //! - [`call`]: one poller thread per outstanding call: busy re-offers with backoff,
 //!   `GetTask` every 500 ms, deadline, unreachable, abandon.
 //! - [`continuation`]: the one message a waiting task continues with.

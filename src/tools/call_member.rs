@@ -1,5 +1,7 @@
-//! call-member: hands one task to another formation member and returns at once,
-//! started or busy; the answer arrives later in the same task (spec, "call-member").
+//! call-member: hands one task to another formation member and returns at once with
+//! one of four results: `started` or `busy` (passed; the answer arrives later in the
+//! same task, after the turn ends), `rejected` or `failed` (failed; no answer will
+//! come) (spec, "call-member", "What a call returns").
 //!
 //! This file is the tool's face: its inventory entry, the four results with their
 //! `data`, the runtime's notes and the refusals, word for word as the spec gives them.
