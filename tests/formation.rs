@@ -719,8 +719,16 @@ fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
         .unwrap();
     let url = line.trim().strip_prefix("door: ").unwrap().to_string();
     let client = A2aClient::new(url, "door-token");
-    let t1 = client.send_message("work", None, true).unwrap();
+    // the client's contextId is kept on every read of the task
+    let mut msg = mur::a2a::types::Message::user("work");
+    msg.context_id = Some("ctx-from-client".into());
+    let t1 = client.send(msg, true).unwrap();
     assert!(!t1.is_terminal());
+    assert_eq!(t1.context_id, "ctx-from-client");
+    assert_eq!(
+        client.get_task(&t1.id).unwrap().context_id,
+        "ctx-from-client"
+    );
     let t2 = client.send_message("more work", None, true).unwrap();
     assert_eq!(t2.status.state, TaskState::Rejected);
     assert_eq!(
@@ -1637,4 +1645,18 @@ fn member_output_is_cut_at_64_kib_on_a_char_boundary_in_the_continuation() {
         text,
         format!("[call-member] call {id} to worker ended completed:\n<untrusted-content source=member:worker>\n{head}\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
     );
+}
+
+#[test]
+fn a_member_listening_on_every_address_is_called_on_loopback() {
+    let lead = "- tool_calls:\n    - {name: call-member, input: {member: worker, task: w}}\n- text: waiting\n- text: lead done\n";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker, listen: \"0.0.0.0:0\"}\n")
+        .member("lead", "capabilities:\n  network: {allow: [localhost]}\n", lead)
+        .member("worker", "", "- text: WORKER-ANSWER\n");
+    let run = f.run("t");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert!(!run.stderr().contains("W-RUN-008"), "{}", run.stderr());
+    let calls = run.member("lead").records("member_call");
+    assert_eq!(calls[0]["status"], "completed", "{}", run.dump());
 }

@@ -169,6 +169,7 @@ impl Board {
             no_answer: false,
             no_answer_below: Vec::new(),
             stamp: Some(StatusStamp::now()),
+            context_id: None,
         };
         if let Some(m) = refuse {
             snap.set_status(State::Rejected, Some(m.to_string()));
@@ -268,6 +269,15 @@ impl Board {
     /// `GetTask`.
     pub fn get(&self, id: &str) -> Option<Snapshot> {
         self.inner.lock().tasks.get(id).map(|r| r.snap.clone())
+    }
+
+    /// Keeps the A2A `contextId` a client gave the message that made task `id`, so
+    /// every read of the task answers it. Returns the task as it stands.
+    pub fn set_context(&self, id: &str, context_id: &str) -> Option<Snapshot> {
+        let mut g = self.inner.lock();
+        let r = g.tasks.get_mut(id)?;
+        r.snap.context_id = Some(context_id.to_string());
+        Some(r.snap.clone())
     }
 
     /// `CancelTask`: a queued task ends canceled at once; a running one is told to

@@ -274,7 +274,11 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
         )
         .map_err(|e| LaunchError::Usage(format!("member `{}`: door: {e}", p.name)))?;
         log::info!("member {} door at {}", p.name, door.url());
-        links.push((p.name.clone(), Arc::new(HttpLink::new(&door.url(), &token))));
+        // A door listening on every address (0.0.0.0, ::) is called on loopback.
+        links.push((
+            p.name.clone(),
+            Arc::new(HttpLink::new(&loopback_url(door.local_addr()), &token)),
+        ));
         boards.push((board, inbox));
         doors.push(door);
     }
@@ -486,4 +490,19 @@ pub fn run_door(
         Ok(Err(e)) => Err(LaunchError::Runtime(e)),
         Err(_) => Err(LaunchError::Runtime("the session thread panicked".into())),
     }
+}
+
+/// The URL a member's door is called at: its own address, or loopback when it listens
+/// on every address (`0.0.0.0`, `::`), which is no address to call.
+fn loopback_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+        }
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        }
+        ip => ip,
+    };
+    format!("http://{}/", SocketAddr::new(ip, addr.port()))
 }

@@ -77,6 +77,8 @@ pub struct Snapshot {
     /// When the status (state and message) was last set, and its message's id;
     /// `None` for a snapshot no one stamped (a door then stamps it as it answers).
     pub stamp: Option<StatusStamp>,
+    /// The A2A `contextId` the client gave its message; `None`: the task id serves.
+    pub context_id: Option<String>,
 }
 
 impl Snapshot {

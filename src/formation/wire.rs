@@ -66,7 +66,7 @@ pub fn to_task(s: &Snapshot) -> Task {
     };
     let mut t = Task {
         id: s.id.clone(),
-        context_id: s.id.clone(),
+        context_id: s.context_id.clone().unwrap_or_else(|| s.id.clone()),
         status,
         artifacts: s
             .answer
@@ -99,6 +99,7 @@ pub fn from_task(t: &Task) -> Snapshot {
     let m = t.murmur();
     Snapshot {
         id: t.id.clone(),
+        context_id: Some(t.context_id.clone()).filter(|c| !c.is_empty() && *c != t.id),
         state: State::from_wire(t.status.state.as_str()),
         message: t.status.message_text(),
         answer: (t.status.state == TaskState::Completed).then(|| t.answer_text()),
@@ -165,7 +166,12 @@ impl TaskHandler for MemberHandler {
             };
         }
         let origin = origin_of(&message);
-        to_task(&self.board.submit(&text, origin))
+        let snap = self.board.submit(&text, origin);
+        let snap = match message.context_id.as_deref().filter(|c| !c.is_empty()) {
+            Some(c) => self.board.set_context(&snap.id, c).unwrap_or(snap),
+            None => snap,
+        };
+        to_task(&snap)
     }
 
     fn get(&self, task_id: &str) -> Option<Task> {
@@ -289,6 +295,7 @@ mod tests {
             no_answer: true,
             no_answer_below: vec![("critic".into(), "no_answer".into())],
             stamp: Some(StatusStamp::now()),
+            context_id: None,
         };
         let t = to_task(&s);
         let v = serde_json::to_value(&t).unwrap();
