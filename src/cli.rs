@@ -57,8 +57,10 @@ pub enum Command {
     Door(DoorArgs),
     /// Validate a capsule's murmur.yaml and print every error.
     ///
-    /// Prints each error as FILE:LINE:COLUMN: KEY.PATH: MESSAGE. Exit status 0 when the
-    /// manifest is valid, 2 otherwise.
+    /// Prints each error of the manifest as FILE:LINE:COLUMN: KEY.PATH: MESSAGE, all at
+    /// once. Once the manifest itself is valid, it checks the files it points at (the
+    /// workdir, prompt.system_file, each script replies file) and prints those errors as
+    /// FILE: KEY.PATH: MESSAGE. Exit status 0 when the capsule is valid, 2 otherwise.
     ///
     /// $ mur check examples/hello
     Check(CheckArgs),
