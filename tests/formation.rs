@@ -902,7 +902,7 @@ fn one_members_end_never_kills_another_members_escaped_process() {
         w.tool_texts()[0]
     );
     assert!(run.member("critic").records("survivor_killed").is_empty());
-    let pid: i32 = std::fs::read_to_string(f.dir.join("worker/work/esc.pid"))
+    let pid: i32 = std::fs::read_to_string(f.dir.join("worker").join("work").join("esc.pid"))
         .unwrap()
         .trim()
         .parse()
