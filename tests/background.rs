@@ -757,28 +757,6 @@ fn background_example_runs_offline() {
     assert_eq!(run.one("task_end")["runningCommands"], json!([]));
 }
 
-/// A `mur door` serving `c` on an ephemeral loopback port, its client, and the child.
-fn spawn_door(c: &Capsule) -> (std::process::Child, mur::a2a::A2aClient) {
-    use std::io::{BufRead, BufReader};
-    let mut child = c
-        .mur()
-        .arg("door")
-        .arg(&c.dir)
-        .args(["--listen", "127.0.0.1:0", "--records-dir"])
-        .arg(&c.records)
-        .env("MURMUR_DOOR_TOKEN", "door-token")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
-    (child, mur::a2a::A2aClient::new(url, "door-token"))
-}
-
 /// Polls the door's trace until it holds `n` records of type `kind`.
 fn await_records(c: &Capsule, kind: &str, n: usize) -> Vec<Value> {
     let start = Instant::now();
@@ -826,7 +804,7 @@ fn under_queue_and_sleep_an_unreturned_exit_arrives_as_a_completion_task() {
         "task_acceptance: queue\nlifecycle:\n  shell_grace_secs: 1\n",
         script,
     );
-    let (mut door, client) = spawn_door(&c);
+    let (mut door, client) = support::spawn_door(&c);
 
     // A: the command outlives its task; its exit arrives as a task of its own.
     let ta = client.send_message("a", None, true).unwrap();
@@ -995,7 +973,7 @@ fn a_canceled_task_under_queue_and_sleep_stops_its_commands_and_gets_no_completi
         "task_acceptance: queue\nlifecycle:\n  shell_grace_secs: 1\n",
         script,
     );
-    let (mut door, client) = spawn_door(&c);
+    let (mut door, client) = support::spawn_door(&c);
     let t = client.send_message("t", None, true).unwrap();
     await_records(&c, "tool_call", 1);
     std::thread::sleep(Duration::from_millis(300));

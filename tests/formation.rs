@@ -681,11 +681,6 @@ fn call_member_to_an_sdk_peer_that_fails() {
 
 #[test]
 fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
-    use mur::a2a::A2aClient;
-
     let c = support::Capsule::scripted(
         &["sleep"],
         "",
@@ -702,23 +697,7 @@ fn mur_door_serves_a_capsule_refuses_when_busy_cancels_and_ends_on_sigterm() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("mur door needs a bearer token"));
 
-    let mut child = c
-        .mur()
-        .arg("door")
-        .arg(&c.dir)
-        .args(["--listen", "127.0.0.1:0", "--records-dir"])
-        .arg(&c.records)
-        .env("MURMUR_DOOR_TOKEN", "door-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
-    let client = A2aClient::new(url, "door-token");
+    let (mut child, client) = support::spawn_door(&c);
     // the client's contextId is kept on every read of the task
     let mut msg = mur::a2a::types::Message::user("work");
     msg.context_id = Some("ctx-from-client".into());
@@ -1523,33 +1502,12 @@ fn member_task_canceled_while_waiting_for_answers_ends_canceled_and_abandons_its
 
 #[test]
 fn task_acceptance_queue_through_mur_door_queues_while_busy_and_runs_fifo() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
-    use mur::a2a::A2aClient;
-
     let c = support::Capsule::scripted(
         &["sleep"],
         "task_acceptance: queue\n",
         "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- text: \"ONE\"\n- text: \"TWO\"\n- text: \"THREE\"\n",
     );
-    let mut child = c
-        .mur()
-        .arg("door")
-        .arg(&c.dir)
-        .args(["--listen", "127.0.0.1:0", "--records-dir"])
-        .arg(&c.records)
-        .env("MURMUR_DOOR_TOKEN", "door-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
-    let client = A2aClient::new(url, "door-token");
+    let (mut child, client) = support::spawn_door(&c);
     let t1 = client.send_message("first", None, true).unwrap();
     assert!(!t1.is_terminal());
     // Busy with the first: the next two are queued, not refused.

@@ -297,3 +297,25 @@ impl FormationRun {
         s
     }
 }
+
+/// A `mur door` serving `c` on an ephemeral loopback port, its client, and the child.
+pub fn spawn_door(c: &Capsule) -> (std::process::Child, mur::a2a::A2aClient) {
+    use std::io::{BufRead, BufReader};
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    (child, mur::a2a::A2aClient::new(url, "door-token"))
+}
