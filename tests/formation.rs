@@ -301,10 +301,8 @@ fn a_busy_member_is_offered_the_task_again_until_it_takes_it() {
     let gap = ms(&busy[1]["ts"])
         .duration_since(ms(&busy[0]["ts"]))
         .unwrap();
-    assert!(
-        gap >= Duration::from_millis(1000) && gap < Duration::from_millis(1500),
-        "{gap:?}"
-    );
+    // At least the schedule's 1 s (a loaded machine may only add to it).
+    assert!(gap >= Duration::from_millis(1000), "{gap:?}");
     let start = helper.one("member_call_start");
     assert_eq!(start["offer"], 3);
     let waited = ms(&start["ts"]).duration_since(ms(&busy[1]["ts"])).unwrap();
@@ -536,18 +534,14 @@ fn a_peer_that_takes_an_offer_then_shows_it_rejected_busy_is_offered_again() {
         .iter()
         .all(|r| r["call_id"] == id && r["member"] == "odd"));
     // The busy schedule: the second offer 1 s after the first refusal, the third 2 s
-    // after the second (plus up to 250 ms jitter each).
+    // after the second (plus up to 250 ms jitter each). Bounded from below only: a
+    // loaded machine may add to each wait, never take from it, and g2 past 2 s shows
+    // the wait doubled.
     let gap = |a: &Value, b: &Value| ms(&b["ts"]).duration_since(ms(&a["ts"])).unwrap();
     let g1 = gap(&busy[0], &starts[1]);
     let g2 = gap(&busy[1], &starts[2]);
-    assert!(
-        g1 >= Duration::from_millis(1000) && g1 < Duration::from_millis(1900),
-        "{g1:?}"
-    );
-    assert!(
-        g2 >= Duration::from_millis(2000) && g2 < Duration::from_millis(2900),
-        "{g2:?}"
-    );
+    assert!(g1 >= Duration::from_millis(1000), "{g1:?}");
+    assert!(g2 >= Duration::from_millis(2000), "{g2:?}");
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "completed", "{}", run.dump());
     assert_eq!(mc["output"], "LATE-OK");
@@ -1089,7 +1083,9 @@ fn in_flight_run(
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .any(|r| r["type"] == "inference" && r["turn"] == 2)
             {
-                std::thread::sleep(Duration::from_millis(300));
+                // The calling task ends right after its last turn; the offer is
+                // answered well inside the 6 s grace it waits for.
+                std::thread::sleep(Duration::from_millis(1500));
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -1158,8 +1154,10 @@ fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_stays_silent() 
     let waited = ms(&lead.one("task_end")["ts"])
         .duration_since(ms(&last["ts"]))
         .unwrap();
+    // At least the 6 s grace (less the trace's millisecond rounding), and nowhere
+    // near the call's own deadline.
     assert!(
-        waited >= Duration::from_millis(5500) && waited < Duration::from_millis(8500),
+        waited >= Duration::from_millis(5500) && waited < Duration::from_secs(60),
         "{waited:?}"
     );
     assert!(cancels.try_recv().is_err(), "no cancel without a task id");

@@ -345,6 +345,10 @@ impl Supervisor {
         }
         // No orphan pass may see the leader before its group is registered.
         let gate = orphans::spawn_guard();
+        // The command's clock starts before the spawn: the process may run (and a
+        // short one end) before spawn() returns, so a clock started after it would
+        // read short (elapsed_secs one second low for `sleep 2` on a busy machine).
+        let started = Instant::now();
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(source) => {
@@ -356,7 +360,6 @@ impl Supervisor {
             }
         };
         drop(cmd);
-        let started = Instant::now();
         let pgid = child.id() as i32;
         orphans::track(pgid);
         drop(gate);
