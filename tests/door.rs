@@ -1108,7 +1108,7 @@ fn client_against_the_sdk_server() {
     let server = sdk::Server::start(TOKEN, &["--busy", "1", "--delay", "0.2"], Stdio::inherit());
     let c = A2aClient::new(server.url.clone(), TOKEN);
     let card = c.agent_card().unwrap();
-    assert_eq!(card.jsonrpc_url(), Some(server.url.as_str()));
+    assert_eq!(card.jsonrpc_url(), Some(server.endpoint.as_str()));
 
     // The first offer is turned away busy, straight into REJECTED.
     let t = c

@@ -600,10 +600,11 @@ impl A2aClient {
             return Ok(self.url.clone());
         };
         let same = |u: &str| trim_slash(u) == trim_slash(&self.url);
+        if candidates.iter().any(|u| same(u)) {
+            return Ok(self.url.clone());
+        }
         let chosen = candidates
-            .iter()
-            .find(|u| same(u))
-            .or_else(|| candidates.first())
+            .first()
             .map(|u| u.to_string())
             .unwrap_or_else(|| self.url.clone());
         if !same_host(&host(&chosen), &host(&self.url)) {
@@ -959,6 +960,418 @@ mod tests {
         assert_eq!(origin("http://127.0.0.1:7431/"), "http://127.0.0.1:7431");
         assert_eq!(origin("http://h:1/a2a/jsonrpc"), "http://h:1");
         assert_eq!(origin("http://h:1"), "http://h:1");
+    }
+
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// One request a fake peer got.
+    #[derive(Debug, Clone)]
+    struct Req {
+        method: String,
+        path: String,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    impl Req {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+        fn rpc_id(&self) -> Value {
+            serde_json::from_str::<Value>(&self.body).unwrap()["id"].clone()
+        }
+    }
+
+    type Answer = (u16, Vec<(&'static str, String)>, String);
+
+    /// A fake HTTP peer on loopback: answers each request with `answer` (one request per
+    /// connection) and keeps every request it got.
+    struct Fake {
+        base: String,
+        log: Arc<Mutex<Vec<Req>>>,
+        stop: Arc<AtomicBool>,
+    }
+
+    impl Fake {
+        fn start(answer: impl Fn(&Req, &str) -> Answer + Send + Sync + 'static) -> Fake {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let base = format!("http://{}", l.local_addr().unwrap());
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (log2, stop2, base2) = (log.clone(), stop.clone(), base.clone());
+            std::thread::spawn(move || {
+                for conn in l.incoming() {
+                    if stop2.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(mut conn) = conn else { continue };
+                    let mut r = BufReader::new(conn.try_clone().unwrap());
+                    let mut line = String::new();
+                    if r.read_line(&mut line).is_err() {
+                        continue;
+                    }
+                    let mut it = line.split_whitespace();
+                    let method = it.next().unwrap_or("").to_string();
+                    let path = it.next().unwrap_or("").to_string();
+                    let mut headers = Vec::new();
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.trim().split_once(':') {
+                            headers.push((k.trim().to_string(), v.trim().to_string()));
+                        }
+                    }
+                    let len = headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .and_then(|(_, v)| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    let mut body = vec![0; len];
+                    let _ = r.read_exact(&mut body);
+                    let req = Req {
+                        method,
+                        path,
+                        headers,
+                        body: String::from_utf8_lossy(&body).into_owned(),
+                    };
+                    log2.lock().unwrap().push(req.clone());
+                    let (status, hs, body) = answer(&req, &base2);
+                    if status == 0 {
+                        // Never answer: hold the connection open.
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_secs(30));
+                            drop(conn);
+                        });
+                        continue;
+                    }
+                    let mut out = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n",
+                        body.len()
+                    );
+                    for (k, v) in hs {
+                        out.push_str(&format!("{k}: {v}\r\n"));
+                    }
+                    out.push_str("\r\n");
+                    out.push_str(&body);
+                    let _ = conn.write_all(out.as_bytes());
+                }
+            });
+            Fake { base, log, stop }
+        }
+
+        fn requests(&self) -> Vec<(String, String)> {
+            self.log
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| (r.method.clone(), r.path.clone()))
+                .collect()
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            let _ = std::net::TcpStream::connect(self.base.trim_start_matches("http://"));
+        }
+    }
+
+    fn card(interfaces: Value) -> String {
+        json!({"name": "peer", "supportedInterfaces": interfaces}).to_string()
+    }
+
+    fn rpc_result(req: &Req, result: Value) -> Answer {
+        let body = json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": result}).to_string();
+        (200, vec![("content-type", "application/json".into())], body)
+    }
+
+    fn a_task(id: &str, state: &str) -> Value {
+        json!({"id": id, "contextId": "c", "status": {"state": state}})
+    }
+
+    /// A peer like an a2a-sdk deployment: the card names `/a2a/jsonrpc`; the card
+    /// carries `ETag: "v1"` and `cache_control`, and answers 304 to `If-None-Match`.
+    fn sdk_like(cache_control: &'static str) -> Fake {
+        Fake::start(
+            move |req, base| match (req.method.as_str(), req.path.as_str()) {
+                ("GET", CARD_PATH) if req.header("if-none-match") == Some("\"v1\"") => {
+                    (304, vec![("etag", "\"v1\"".into())], String::new())
+                }
+                ("GET", CARD_PATH) => (
+                    200,
+                    vec![
+                        ("etag", "\"v1\"".into()),
+                        ("cache-control", cache_control.into()),
+                    ],
+                    card(json!([
+                        {"url": format!("{base}/a2a/grpc"), "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+                        {"url": format!("{base}/a2a/v03"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                        {"url": format!("{base}/a2a/jsonrpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                    ])),
+                ),
+                ("POST", "/a2a/jsonrpc") => {
+                    let v: Value = serde_json::from_str(&req.body).unwrap();
+                    match v["method"].as_str() {
+                        Some("SendMessage") => {
+                            rpc_result(req, json!({"task": a_task("t1", "TASK_STATE_WORKING")}))
+                        }
+                        _ => rpc_result(req, a_task("t1", "TASK_STATE_COMPLETED")),
+                    }
+                }
+                _ => (404, vec![], String::new()),
+            },
+        )
+    }
+
+    #[test]
+    fn a_base_address_finds_the_json_rpc_endpoint_on_the_card_and_revalidates_it_by_etag() {
+        let peer = sdk_like("no-cache");
+        let c = A2aClient::new(peer.base.clone(), "tok");
+        assert_eq!(c.endpoint(), None);
+        let t = c.send_message("hi", None, true).unwrap();
+        assert_eq!(t.id, "t1");
+        assert_eq!(c.endpoint().unwrap(), format!("{}/a2a/jsonrpc", peer.base));
+        c.get_task("t1").unwrap();
+        // a clone shares the card found
+        c.clone().send_message("again", None, true).unwrap();
+        let card = |r: &(String, String)| r.1 == CARD_PATH;
+        assert_eq!(
+            peer.requests(),
+            [
+                ("GET".into(), CARD_PATH.into()),
+                ("POST".into(), "/a2a/jsonrpc".into()),
+                ("POST".into(), "/a2a/jsonrpc".into()),
+                ("GET".into(), CARD_PATH.into()),
+                ("POST".into(), "/a2a/jsonrpc".into()),
+            ]
+        );
+        let log = peer.log.lock().unwrap().clone();
+        let cards: Vec<&Req> = log
+            .iter()
+            .filter(|r| card(&(r.method.clone(), r.path.clone())))
+            .collect();
+        assert_eq!(cards[0].header("if-none-match"), None);
+        assert_eq!(cards[1].header("if-none-match"), Some("\"v1\""));
+        assert!(cards.iter().all(|r| r.header("authorization").is_none()));
+        assert!(log
+            .iter()
+            .filter(|r| r.method == "POST")
+            .all(|r| r.header("authorization") == Some("Bearer tok")));
+    }
+
+    #[test]
+    fn a_fresh_card_is_not_read_again() {
+        let peer = sdk_like("public, max-age=300");
+        let c = A2aClient::new(format!("{}/", peer.base), "tok");
+        c.send_message("hi", None, true).unwrap();
+        c.send_message("hi", None, true).unwrap();
+        let cards = peer.requests().iter().filter(|r| r.1 == CARD_PATH).count();
+        assert_eq!(cards, 1);
+    }
+
+    #[test]
+    fn an_address_that_is_the_endpoint_stays_the_endpoint() {
+        // The card names the address among others: the address is kept.
+        let peer = Fake::start(|req, base| match req.path.as_str() {
+            CARD_PATH => (
+                200,
+                vec![],
+                card(json!([
+                    {"url": format!("{base}/other"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                    {"url": format!("{base}/rpc/"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                ])),
+            ),
+            _ => rpc_result(req, json!({"task": a_task("t1", "TASK_STATE_WORKING")})),
+        });
+        let c = A2aClient::new(format!("{}/rpc", peer.base), "");
+        c.send_message("hi", None, true).unwrap();
+        assert_eq!(peer.requests()[1], ("POST".into(), "/rpc".into()));
+        // No card at all (404): the address is called.
+        let bare = Fake::start(|req, _| match req.path.as_str() {
+            CARD_PATH => (404, vec![], "not here".into()),
+            _ => rpc_result(req, json!({"task": a_task("t9", "TASK_STATE_WORKING")})),
+        });
+        let c = A2aClient::new(format!("{}/jsonrpc", bare.base), "");
+        assert_eq!(c.send_message("hi", None, true).unwrap().id, "t9");
+        assert_eq!(bare.requests()[1], ("POST".into(), "/jsonrpc".into()));
+        // Without discovery no card is read.
+        let c = A2aClient::with_config(ClientConfig {
+            discover: false,
+            ..ClientConfig::new(format!("{}/jsonrpc", bare.base), "")
+        });
+        c.send_message("hi", None, true).unwrap();
+        assert_eq!(bare.requests()[2], ("POST".into(), "/jsonrpc".into()));
+    }
+
+    #[test]
+    fn a_card_naming_only_a2a_0_3_is_one_clear_error_and_nothing_is_posted() {
+        for card_body in [
+            // a 0.3 card: top-level url and protocolVersion, no supportedInterfaces
+            json!({"name": "old", "url": "http://127.0.0.1:1/", "protocolVersion": "0.3.0",
+                   "preferredTransport": "JSONRPC"})
+            .to_string(),
+            card(
+                json!([{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]),
+            ),
+        ] {
+            let peer = Fake::start(move |_, _| (200, vec![], card_body.clone()));
+            let c = A2aClient::new(peer.base.clone(), "");
+            let e = c.send_message("hi", None, true).unwrap_err();
+            assert!(matches!(e, ClientError::Incompatible { .. }), "{e:?}");
+            assert!(
+                e.reason().starts_with("cannot be called: the peer speaks A2A 0.3: its agent card names protocol version 0.3"),
+                "{}",
+                e.reason()
+            );
+            assert!(!e.reason().contains("127.0.0.1"), "{}", e.reason());
+            assert!(peer.requests().iter().all(|r| r.0 == "GET"));
+        }
+    }
+
+    #[test]
+    fn a_card_without_json_rpc_1_or_on_another_host_is_refused() {
+        let peer = Fake::start(|_, _| {
+            (
+                200,
+                vec![],
+                card(json!([
+                    {"url": "http://127.0.0.1:1/g", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+                    {"url": "http://127.0.0.1:1/h", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+                ])),
+            )
+        });
+        let e = A2aClient::new(peer.base.clone(), "")
+            .send_message("hi", None, true)
+            .unwrap_err();
+        assert_eq!(e.reason(), "cannot be called: its agent card offers no A2A 1.x JSON-RPC interface (it offers GRPC 1.0, HTTP+JSON 1.0), and mur calls JSON-RPC only");
+        let far = Fake::start(|_, _| {
+            (
+                200,
+                vec![],
+                card(json!([
+                    {"url": "http://agents.example.org/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                ])),
+            )
+        });
+        let e = A2aClient::new(far.base.clone(), "")
+            .send_message("hi", None, true)
+            .unwrap_err();
+        assert!(
+            e.reason()
+                .contains("on another host than the member's address"),
+            "{e}"
+        );
+        assert!(!e.reason().contains("example.org"), "{}", e.reason());
+        assert!(
+            e.to_string().contains("http://agents.example.org/a2a"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn method_not_found_is_not_retried_and_says_what_it_may_mean() {
+        let peer = Fake::start(|req, _| match req.path.as_str() {
+            CARD_PATH => (404, vec![], String::new()),
+            _ => {
+                let body = json!({"jsonrpc": "2.0", "id": req.rpc_id(), "error": {"code": -32601, "message": "Method not found"}}).to_string();
+                (200, vec![], body)
+            }
+        });
+        let c = A2aClient::new(peer.base.clone(), "");
+        let e = c.send_message("hi", None, true).unwrap_err();
+        assert_eq!(e.rpc_code(), Some(-32601));
+        assert_eq!(e.reason(), "answered json-rpc error -32601: Method not found (the peer does not know this A2A 1.0 method: it may speak A2A 0.3, whose methods are `message/send` and `tasks/get`; mur speaks 1.0)");
+        assert_eq!(peer.requests().iter().filter(|r| r.0 == "POST").count(), 1);
+    }
+
+    #[test]
+    fn results_of_another_shape_get_one_short_error_saying_what_was_found() {
+        let cases: Vec<(Value, &str)> = vec![
+            (json!({"kind": "task", "id": "t", "status": {"state": "working"}}),
+             "SendMessage answered an A2A 0.3 result (`kind: task`) instead of `{\"task\": …}`: the peer speaks A2A 0.3, and mur speaks 1.0"),
+            (a_task("t", "TASK_STATE_WORKING"), "SendMessage answered a bare task instead of `{\"task\": …}`"),
+            (json!({"Task": {}, "result": 1}), "SendMessage answered no `task` (found `Task`, `result`)"),
+            (json!({"task": {"contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}), "SendMessage answered a task without `id`"),
+            (json!({"task": {"id": "", "status": {"state": "TASK_STATE_WORKING"}}}), "SendMessage answered a task with an empty `id`"),
+            (json!({"task": {"id": "t"}}), "SendMessage answered a task without `status`"),
+            (json!({"task": {"id": "t", "status": {}}}), "SendMessage answered a task without `status.state`"),
+            (json!({"task": {"id": "t", "status": "done"}}), "SendMessage answered a task whose `status` is a string"),
+            (json!({"message": {}}), "SendMessage answered with a message, not a task"),
+            (json!([1]), "SendMessage answered an array, not an object holding `task`"),
+        ];
+        for (result, want) in cases {
+            let r = result.clone();
+            let peer = Fake::start(move |req, _| match req.path.as_str() {
+                CARD_PATH => (404, vec![], String::new()),
+                _ => rpc_result(req, r.clone()),
+            });
+            let e = A2aClient::new(peer.base.clone(), "")
+                .send_message("hi", None, true)
+                .unwrap_err();
+            assert_eq!(
+                e.reason(),
+                format!("broke the protocol: {want}"),
+                "{result}"
+            );
+        }
+        // GetTask answers a task bare.
+        let peer = Fake::start(|req, _| match req.path.as_str() {
+            CARD_PATH => (404, vec![], String::new()),
+            _ => rpc_result(req, json!({"task": a_task("t", "TASK_STATE_WORKING")})),
+        });
+        let e = A2aClient::new(peer.base.clone(), "")
+            .get_task("t")
+            .unwrap_err();
+        assert_eq!(
+            e.reason(),
+            "broke the protocol: GetTask answered `{\"task\": …}`; a task is answered bare"
+        );
+    }
+
+    #[test]
+    fn a_request_timeout_names_itself_its_value_and_its_setting() {
+        let peer = Fake::start(|req, _| match req.path.as_str() {
+            CARD_PATH => (404, vec![], String::new()),
+            _ => (0, vec![], String::new()),
+        });
+        let c = A2aClient::with_config(ClientConfig {
+            request_timeout: Duration::from_secs(1),
+            request_timeout_setting: "members.slow.request_timeout_secs in roster.yaml".into(),
+            ..ClientConfig::new(peer.base.clone(), "")
+        });
+        let e = c.send_message("hi", None, true).unwrap_err();
+        assert!(e.is_unreachable(), "{e}");
+        assert_eq!(
+            e.reason(),
+            "is unreachable: timed out: no answer within the request timeout of 1s (members.slow.request_timeout_secs in roster.yaml)"
+        );
+        assert!(!e.to_string().contains("timeout: global"), "{e}");
+    }
+
+    #[test]
+    fn an_unspecified_card_host_is_the_address_host() {
+        let peer = Fake::start(|req, base| match req.path.as_str() {
+            CARD_PATH => {
+                let port = base.rsplit(':').next().unwrap().to_string();
+                (
+                    200,
+                    vec![],
+                    card(
+                        json!([{"url": format!("http://0.0.0.0:{port}/rpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+                    ),
+                )
+            }
+            _ => rpc_result(req, json!({"task": a_task("t1", "TASK_STATE_WORKING")})),
+        });
+        let c = A2aClient::new(peer.base.clone(), "");
+        c.send_message("hi", None, true).unwrap();
+        assert_eq!(c.endpoint().unwrap(), format!("{}/rpc", peer.base));
     }
 
     #[test]
