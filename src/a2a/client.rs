@@ -223,6 +223,16 @@ impl ClientError {
     }
 }
 
+/// What a card request got.
+struct CardAnswer {
+    status: u16,
+    /// The `ETag` header.
+    etag: Option<String>,
+    /// How long the card stays fresh ([`freshness`]).
+    fresh: Duration,
+    body: String,
+}
+
 /// The card a client found, and when to read it again.
 #[derive(Debug, Default)]
 struct Discovery {
@@ -415,7 +425,7 @@ impl A2aClient {
     /// [`ClientError::Unreachable`], [`ClientError::HttpStatus`], or
     /// [`ClientError::Protocol`] for a body that is not a card.
     pub fn agent_card(&self) -> Result<AgentCard, ClientError> {
-        let (status, _, body) = self.get_card(None)?;
+        let CardAnswer { status, body, .. } = self.get_card(None)?;
         if status != 200 {
             return Err(ClientError::HttpStatus {
                 url: self.card_url.clone(),
@@ -429,11 +439,8 @@ impl A2aClient {
         })
     }
 
-    /// The card request: status, `(ETag, freshness)` and body.
-    fn get_card(
-        &self,
-        etag: Option<&str>,
-    ) -> Result<(u16, (Option<String>, Duration), String), ClientError> {
+    /// The card request with `If-None-Match: etag` when given.
+    fn get_card(&self, etag: Option<&str>) -> Result<CardAnswer, ClientError> {
         let mut req = self
             .agent
             .get(&self.card_url)
@@ -452,7 +459,12 @@ impl A2aClient {
         let tag = header("etag");
         let fresh = freshness(header("cache-control").as_deref());
         let body = self.read_body(&mut resp, &self.card_url)?;
-        Ok((status, (tag, fresh), body))
+        Ok(CardAnswer {
+            status,
+            etag: tag,
+            fresh,
+            body,
+        })
     }
 
     /// The endpoint to call: the address without discovery; else the one found, read
@@ -470,7 +482,12 @@ impl A2aClient {
             }
         }
         let etag = d.endpoint.as_ref().and(d.etag.clone());
-        let (status, (tag, fresh), body) = self.get_card(etag.as_deref())?;
+        let CardAnswer {
+            status,
+            etag: tag,
+            fresh,
+            body,
+        } = self.get_card(etag.as_deref())?;
         let now = Instant::now();
         match status {
             304 if d.endpoint.is_some() => {
@@ -588,7 +605,7 @@ impl A2aClient {
                 .take(5)
                 .map(|(_, b, v)| {
                     let b = if b.is_empty() { "(no binding)" } else { b };
-                    cut(&format!("{b} {v}").trim().to_string(), 40)
+                    cut(format!("{b} {v}").trim(), 40)
                 })
                 .collect();
             return Err(incompatible(format!(

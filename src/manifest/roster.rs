@@ -455,6 +455,36 @@ mod tests {
     }
 
     #[test]
+    fn request_timeout_secs_is_read_for_any_member_and_must_be_at_least_1() {
+        let r = parse_roster(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l, calls: [far], request_timeout_secs: 4}\n  far: {door: \"http://h:1\", request_timeout_secs: 120}\n",
+            "roster.yaml",
+        )
+        .unwrap();
+        assert_eq!(r.member("far").unwrap().request_timeout_secs(), 120);
+        assert_eq!(r.member("lead").unwrap().request_timeout_secs(), 4);
+        let r = parse_roster(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l}\n",
+            "roster.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            r.member("lead").unwrap().request_timeout_secs(),
+            DEFAULT_REQUEST_TIMEOUT_SECS
+        );
+        let e = errors(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l}\n  far: {door: \"http://h:1\", request_timeout_secs: 0, request_timeout: 3}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "roster.yaml:5:51: members.far.request_timeout_secs: must be at least 1; leave the key out for the default of 10 seconds",
+                "roster.yaml:5:54: members.far: unknown key `request_timeout` (did you mean `request_timeout_secs`?)",
+            ]
+        );
+    }
+
+    #[test]
     fn missing_keys_and_syntax() {
         assert_eq!(
             errors("formation: f\n"),
