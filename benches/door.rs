@@ -71,10 +71,11 @@ struct RawClient {
 
 impl RawClient {
     fn new(url: &str, task_id: &str) -> RawClient {
-        let hostport = url
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string();
+        let rest = url.trim_start_matches("http://");
+        let (hostport, path) = match rest.find('/') {
+            Some(i) => (rest[..i].to_string(), &rest[i..]),
+            None => (rest.to_string(), "/"),
+        };
         let stream = TcpStream::connect(&hostport).expect("connect");
         stream.set_nodelay(true).expect("nodelay");
         stream
@@ -84,7 +85,7 @@ impl RawClient {
             r#"{{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{{"id":"{task_id}"}}}}"#
         );
         let request = format!(
-            "POST / HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .into_bytes();
@@ -208,9 +209,11 @@ fn sdk_server() -> SdkServer {
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("read LISTENING line");
+    // `LISTENING <base address> <JSON-RPC endpoint>`: the endpoint is called.
     let url = line
         .trim()
         .strip_prefix("LISTENING ")
+        .and_then(|r| r.split_whitespace().last())
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
     SdkServer(child, url)

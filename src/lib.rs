@@ -16,6 +16,7 @@ pub mod generate;
 pub mod ids;
 pub mod inference;
 pub mod manifest;
+pub mod net;
 pub mod progress;
 pub mod records;
 pub mod session;

@@ -1068,8 +1068,12 @@ fn shutdown_joins_while_a_blocking_send_waits() {
 #[test]
 fn client_errors_are_classified() {
     let d = door();
-    // Not a JSON-RPC server at all: the card path answers JSON that is no RPC response.
-    let c = A2aClient::new(format!("http://{}/nope", d.local_addr()), TOKEN);
+    // Not a JSON-RPC endpoint, called as one (with discovery the card would name the
+    // door's real endpoint).
+    let c = A2aClient::with_config(mur::a2a::ClientConfig {
+        discover: false,
+        ..mur::a2a::ClientConfig::new(format!("http://{}/nope", d.local_addr()), TOKEN)
+    });
     let e = c.get_task("x").unwrap_err();
     assert_eq!(e.http_status(), Some(404), "{e}");
     let addr = d.local_addr();
@@ -1124,7 +1128,7 @@ fn client_against_the_sdk_server() {
     let server = sdk::Server::start(TOKEN, &["--busy", "1", "--delay", "0.2"], Stdio::inherit());
     let c = A2aClient::new(server.url.clone(), TOKEN);
     let card = c.agent_card().unwrap();
-    assert_eq!(card.jsonrpc_url(), Some(server.url.as_str()));
+    assert_eq!(card.jsonrpc_url(), Some(server.endpoint.as_str()));
 
     // The first offer is turned away busy, straight into REJECTED.
     let t = c

@@ -599,6 +599,13 @@ fn openai_timeout_is_its_own_outcome() {
         Err(DriverError::Exhausted { attempts: 1, .. })
     ));
     assert_eq!(attempts[0].outcome, "timeout");
+    // The error names which timeout fired and its value, not ureq's `timeout: global`.
+    let e = result.unwrap_err().to_string();
+    assert!(
+        e.contains("timed out: no answer within the request timeout of 1s (request_timeout_secs of the inference choice)"),
+        "{e}"
+    );
+    assert!(!e.contains("timeout: global"), "{e}");
 }
 
 #[test]

@@ -342,6 +342,20 @@ fn a_member_busy_for_the_whole_deadline_never_holds_the_call_and_a_slow_one_time
         run.member("worker").one("task_end")["exit_status"],
         "canceled"
     );
+    // A timed-out call is a warning on stderr, naming the member's door; a rejected
+    // one is not.
+    let e = run.stderr();
+    let warned: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("member call "))
+        .collect();
+    assert_eq!(warned.len(), 1, "{e}");
+    assert!(
+        warned[0].contains(&format!("member call {} to worker from task ", ids[0]))
+            && warned[0].contains("ended timed_out: worker did not answer within 3s.")
+            && warned[0].contains("(door http://127.0.0.1:"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -433,6 +447,17 @@ impl TaskHandler for Peer {
                 TaskState::Unknown("TASK_STATE_BOGUS".into()),
                 None,
             )),
+            // The British spelling in another casing, as some peers write it.
+            "cancelled" => Some(task(
+                id,
+                TaskState::Unknown("Cancelled".into()),
+                Some("stopped by its operator"),
+            )),
+            "unspecified" => Some(task(
+                id,
+                TaskState::Unknown("TASK_STATE_UNSPECIFIED".into()),
+                None,
+            )),
             _ => Some(task(id, TaskState::Working, None)),
         }
     }
@@ -487,8 +512,180 @@ fn a_peer_with_an_unknown_task_state_ends_the_call_failed_without_looping() {
 }
 
 #[test]
+fn a_peer_writing_cancelled_in_another_casing_ends_the_call_canceled() {
+    let (f, _door, _rx) = peer_formation("cancelled");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "canceled", "{}", run.dump());
+    assert_eq!(mc["output"], "stopped by its operator");
+}
+
+#[test]
+fn a_peer_with_an_unspecified_task_state_ends_the_call_failed() {
+    let (f, _door, _rx) = peer_formation("unspecified");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "odd's door reported the task state `TASK_STATE_UNSPECIFIED`, which a member call cannot wait on; the call ended failed");
+}
+
+/// A fake HTTP peer on loopback that answers each request (one per connection) with
+/// `answer(method, path, body)`: a whole HTTP response, or `None` to never answer.
+fn raw_peer(answer: fn(&str, &str, &str) -> Option<String>) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut r = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let mut len = 0;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            let mut it = line.split_whitespace();
+            let (method, path) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+            match answer(method, path, &String::from_utf8_lossy(&body)) {
+                Some(resp) => {
+                    let _ = conn.write_all(resp.as_bytes());
+                }
+                None => held.push(conn),
+            }
+        }
+    });
+    url
+}
+
+fn http_json(status: u16, body: &str) -> String {
+    format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+}
+
+fn raw_formation(url: &str, extra: &str) -> Formation {
+    Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [odd]}}\n  odd: {{door: \"{url}\"{extra}}}\n"))
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: odd, task: \"hello\"}}\n- text: \"LEAD\"\n",
+        )
+}
+
+#[test]
+fn a_peer_whose_card_names_only_a2a_0_3_fails_the_call_with_one_clear_error_naming_the_member() {
+    let url = raw_peer(|method, path, _| match (method, path) {
+        ("GET", "/.well-known/agent-card.json") => Some(http_json(
+            200,
+            r#"{"name": "old", "url": "http://127.0.0.1:1/", "protocolVersion": "0.3.0", "preferredTransport": "JSONRPC"}"#,
+        )),
+        _ => Some(http_json(404, "")),
+    });
+    let f = raw_formation(&url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    assert_eq!(tc["summary"], "Called odd: failed");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "odd's door cannot be called: the peer speaks A2A 0.3: its agent card names protocol version 0.3.0 and no 1.x JSON-RPC interface, and mur speaks A2A 1.0 only");
+    // Nothing the model sees names the address; the trace and stderr do.
+    let content = tc["content"].as_str().unwrap();
+    assert!(
+        !content.contains("http://") && !content.contains("127.0.0.1"),
+        "{content}"
+    );
+    assert_eq!(mc["door"], url.as_str());
+    assert!(mc["detail"].as_str().unwrap().starts_with(&format!(
+        "door {url}/.well-known/agent-card.json cannot be called: the peer speaks A2A 0.3"
+    )));
+    let e = run.stderr();
+    assert!(
+        e.lines().any(|l| l.contains("WARN")
+            && l.contains("to odd from task ")
+            && l.contains(&format!(
+                "ended failed: door {url}/.well-known/agent-card.json cannot be called"
+            ))),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_peer_answering_an_a2a_0_3_task_fails_the_call_naming_the_member_and_what_it_found() {
+    let url = raw_peer(|method, _, body| match method {
+        "GET" => Some(http_json(404, "")),
+        _ => {
+            let id = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
+            let r = json!({"jsonrpc": "2.0", "id": id, "result": {"kind": "task", "id": "t1", "contextId": "c", "status": {"state": "submitted"}}});
+            Some(http_json(200, &r.to_string()))
+        }
+    });
+    let f = raw_formation(&url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "odd's door broke the protocol: SendMessage answered an A2A 0.3 result (`kind: task`) instead of `{\"task\": …}`: the peer speaks A2A 0.3, and mur speaks 1.0");
+}
+
+#[test]
+fn a_door_that_never_answers_times_out_naming_the_roster_timeout_and_its_value() {
+    let url = raw_peer(|_, _, _| None);
+    let f = raw_formation(&url, ", request_timeout_secs: 1");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], "odd's door could not be reached: timed out: no answer within the request timeout of 1s (members.odd.request_timeout_secs in roster.yaml)");
+    assert!(
+        !run.stderr().contains("timeout: global"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn a_peer_that_died_before_the_call_fails_it_without_showing_its_address() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let f = raw_formation(&url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    let out = mc["output"].as_str().unwrap();
+    assert!(
+        out.starts_with("odd's door could not be reached: "),
+        "{out}"
+    );
+    assert!(!lead.tool_texts().concat().contains("127.0.0.1"), "{out}");
+    assert!(mc["detail"].as_str().unwrap().contains(&url));
+    assert!(
+        run.stderr().contains(&format!(
+            "ended failed: door {url}/.well-known/agent-card.json is unreachable"
+        )),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
 fn a_peer_answering_get_task_with_another_task_id_fails_the_call() {
-    let (f, _door, _rx) = peer_formation("shifting");
+    let (f, door, _rx) = peer_formation("shifting");
     let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let lead = run.member("lead");
@@ -497,12 +694,26 @@ fn a_peer_answering_get_task_with_another_task_id_fails_the_call() {
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "failed", "{}", run.dump());
     let out = mc["output"].as_str().unwrap();
+    // The model is told of the member, never of its door's address.
+    assert_eq!(
+        out,
+        "odd's door broke the protocol: GetTask asked for task t1 and was answered task other1"
+    );
+    assert!(!lead.tool_texts().concat().contains("http://"));
+    // The trace and stderr keep the address.
+    assert_eq!(mc["door"], door.url().as_str());
+    let detail = mc["detail"].as_str().unwrap();
     assert!(
-        out.starts_with("odd's door answered an error: door http://127.0.0.1:")
-            && out.ends_with(
-                "broke the protocol: GetTask asked for task t1 and was answered task other1"
-            ),
-        "{out}"
+        detail.starts_with(&format!("door {}", door.url())),
+        "{detail}"
+    );
+    let warn = format!("member call {} to odd from task ", call_ids(&lead)[0]);
+    let e = run.stderr();
+    assert!(
+        e.lines().any(|l| l.contains("WARN")
+            && l.contains(&warn)
+            && l.contains("ended failed: door http://127.0.0.1:")),
+        "{e}"
     );
     assert_eq!(mc["member_task"], "t1");
     assert!(!lead.one("task_continued")["text"]
@@ -575,10 +786,20 @@ fn a_peer_that_dies_mid_call_ends_it_unreachable() {
     let lead = run.member("lead");
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "unreachable", "{}", run.dump());
-    assert!(mc["output"]
-        .as_str()
-        .unwrap()
-        .starts_with("odd's door stopped answering: "));
+    let out = mc["output"].as_str().unwrap();
+    assert!(out.starts_with("odd's door stopped answering: "), "{out}");
+    assert!(
+        !out.contains("http://") && !out.contains("127.0.0.1"),
+        "{out}"
+    );
+    assert!(mc["detail"].as_str().unwrap().contains("http://127.0.0.1:"));
+    let e = run.stderr();
+    assert!(
+        e.lines().any(|l| l.contains("WARN")
+            && l.contains("to odd from task ")
+            && l.contains("ended unreachable: door http://127.0.0.1:")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -648,11 +869,28 @@ fn call_member_to_an_sdk_peer_that_is_busy_once_then_answers() {
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "completed", "{}", run.dump());
     assert_eq!(mc["output"], "echo: hello sdk");
+    // The roster gave the agent's base address; its card named the endpoint.
+    assert_eq!(
+        mc["door"],
+        format!("{} (JSON-RPC endpoint {})", server.url, server.endpoint)
+    );
     let id = &call_ids(&lead)[0];
     assert_eq!(
         lead.one("task_continued")["text"],
         format!("[call-member] call {id} to sdk ended completed:\n<untrusted-content source=member:sdk>\necho: hello sdk\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
     );
+}
+
+#[test]
+fn call_member_to_an_sdk_peer_given_by_its_json_rpc_endpoint() {
+    let server = sdk::Server::start(SDK_TOKEN, &[], std::process::Stdio::null());
+    let f = sdk_formation(&server.endpoint);
+    let run = f.run_with("go", &[("SDK_TOKEN", SDK_TOKEN)]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "completed", "{}", run.dump());
+    assert_eq!(mc["output"], "echo: hello sdk");
+    assert_eq!(mc["door"], server.endpoint.as_str());
 }
 
 #[test]

@@ -65,18 +65,41 @@ impl TaskState {
         }
     }
 
-    /// Parses a proto name or a 0.3 spelling; anything else is `Unknown`.
+    /// Parses a state in any casing: the proto name (`TASK_STATE_WORKING`), the bare
+    /// name (`WORKING`, `Working`), the 0.3 spelling (`working`, `input-required`),
+    /// with `-` or `_` alike, and both cancel spellings (`CANCELED`, `CANCELLED`).
+    /// Anything else, `TASK_STATE_UNSPECIFIED` included, is `Unknown`, kept as sent.
     pub fn parse(s: &str) -> TaskState {
-        match s {
-            "TASK_STATE_SUBMITTED" | "submitted" => TaskState::Submitted,
-            "TASK_STATE_WORKING" | "working" => TaskState::Working,
-            "TASK_STATE_INPUT_REQUIRED" | "input-required" => TaskState::InputRequired,
-            "TASK_STATE_COMPLETED" | "completed" => TaskState::Completed,
-            "TASK_STATE_FAILED" | "failed" => TaskState::Failed,
-            "TASK_STATE_CANCELED" | "canceled" | "cancelled" => TaskState::Canceled,
-            "TASK_STATE_REJECTED" | "rejected" => TaskState::Rejected,
-            "TASK_STATE_AUTH_REQUIRED" | "auth-required" => TaskState::AuthRequired,
-            other => TaskState::Unknown(other.to_string()),
+        let norm = s.trim().to_ascii_uppercase().replace('-', "_");
+        let bare = norm.strip_prefix("TASK_STATE_").unwrap_or(&norm);
+        match bare {
+            "SUBMITTED" => TaskState::Submitted,
+            "WORKING" => TaskState::Working,
+            "INPUT_REQUIRED" => TaskState::InputRequired,
+            "COMPLETED" => TaskState::Completed,
+            "FAILED" => TaskState::Failed,
+            "CANCELED" | "CANCELLED" => TaskState::Canceled,
+            "REJECTED" => TaskState::Rejected,
+            "AUTH_REQUIRED" => TaskState::AuthRequired,
+            _ => TaskState::Unknown(s.to_string()),
+        }
+    }
+
+    /// The state of a ProtoJSON enum number (`TaskState` of A2A 1.0: 1 SUBMITTED,
+    /// 2 WORKING, 3 COMPLETED, 4 FAILED, 5 CANCELED, 6 INPUT_REQUIRED, 7 REJECTED,
+    /// 8 AUTH_REQUIRED); 0 (UNSPECIFIED) and any other number are `Unknown`.
+    pub fn from_number(n: i64) -> TaskState {
+        match n {
+            1 => TaskState::Submitted,
+            2 => TaskState::Working,
+            3 => TaskState::Completed,
+            4 => TaskState::Failed,
+            5 => TaskState::Canceled,
+            6 => TaskState::InputRequired,
+            7 => TaskState::Rejected,
+            8 => TaskState::AuthRequired,
+            0 => TaskState::Unknown("TASK_STATE_UNSPECIFIED".to_string()),
+            n => TaskState::Unknown(n.to_string()),
         }
     }
 
@@ -103,8 +126,24 @@ impl Serialize for TaskState {
 }
 
 impl<'de> Deserialize<'de> for TaskState {
+    /// A string in any casing ([`TaskState::parse`]) or a ProtoJSON enum number
+    /// ([`TaskState::from_number`]).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(TaskState::parse(&String::deserialize(d)?))
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(TaskState::parse(&s)),
+            Value::Number(n) => Ok(n
+                .as_i64()
+                .map_or_else(|| TaskState::Unknown(n.to_string()), TaskState::from_number)),
+            other => Err(serde::de::Error::custom(format!(
+                "a task state is a string, found {}",
+                match other {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Array(_) => "an array",
+                    _ => "an object",
+                }
+            ))),
+        }
     }
 }
 
@@ -639,6 +678,45 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&t).unwrap()["status"]["state"],
             "TASK_STATE_PONDERING"
+        );
+    }
+
+    #[test]
+    fn states_parse_in_any_casing_and_both_cancel_spellings() {
+        for (spelling, state) in [
+            ("TASK_STATE_COMPLETED", TaskState::Completed),
+            ("task_state_completed", TaskState::Completed),
+            ("Completed", TaskState::Completed),
+            ("COMPLETED", TaskState::Completed),
+            ("TASK_STATE_CANCELED", TaskState::Canceled),
+            ("TASK_STATE_CANCELLED", TaskState::Canceled),
+            ("CANCELLED", TaskState::Canceled),
+            ("canceled", TaskState::Canceled),
+            ("Cancelled", TaskState::Canceled),
+            ("input-required", TaskState::InputRequired),
+            ("TASK_STATE_INPUT_REQUIRED", TaskState::InputRequired),
+            ("auth_required", TaskState::AuthRequired),
+            ("rejected", TaskState::Rejected),
+            ("Working", TaskState::Working),
+            ("submitted", TaskState::Submitted),
+            ("FAILED", TaskState::Failed),
+        ] {
+            assert_eq!(TaskState::parse(spelling), state, "{spelling}");
+            let t: TaskStatus = serde_json::from_value(json!({"state": spelling})).unwrap();
+            assert_eq!(t.state, state, "{spelling}");
+        }
+        for s in ["TASK_STATE_UNSPECIFIED", "unknown", "", "TASK_STATE_"] {
+            assert_eq!(TaskState::parse(s), TaskState::Unknown(s.into()), "{s:?}");
+        }
+        let t: TaskStatus = serde_json::from_value(json!({"state": 3})).unwrap();
+        assert_eq!(t.state, TaskState::Completed);
+        let t: TaskStatus = serde_json::from_value(json!({"state": 0})).unwrap();
+        assert_eq!(t.state, TaskState::Unknown("TASK_STATE_UNSPECIFIED".into()));
+        let e = serde_json::from_value::<TaskStatus>(json!({"state": null})).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a task state is a string, found null"),
+            "{e}"
         );
     }
 

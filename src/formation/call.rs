@@ -101,7 +101,17 @@ impl CallCtx {
             output: output.into(),
             below: Vec::new(),
             member_task: None,
+            door: Some(self.link.address()),
+            detail: None,
         }
+    }
+
+    /// An ending on a door error: the model's `output`, the error's detail kept for
+    /// the trace and stderr.
+    fn ended_on(&self, status: CallStatus, output: String, e: &LinkError) -> EndedCall {
+        let mut ended = self.ended(status, output);
+        ended.detail = Some(e.detail().to_string());
+        ended
     }
 
     fn record_busy(&self, offer: u32) {
@@ -178,10 +188,9 @@ impl CallCtx {
     /// `member_call_start`.
     pub fn first_offer(&self) -> First {
         match self.link.send(&self.text, &self.meta) {
-            Err(e) => First::Ended(self.ended(
-                CallStatus::Failed,
-                format!("{}'s door could not be used: {e}", self.member),
-            )),
+            Err(e) => {
+                First::Ended(self.ended_on(CallStatus::Failed, first_failure(&self.member, &e), &e))
+            }
             Ok(snap) => match classify(&snap) {
                 Offer::Busy => {
                     self.record_busy(1);
@@ -194,6 +203,15 @@ impl CallCtx {
                 Offer::Ended => First::Ended(self.ending_of(&snap)),
             },
         }
+    }
+}
+
+/// The output of a first offer that got no task: `<member>'s door could not be
+/// reached: …` or `<member>'s door answered …` (never the address).
+fn first_failure(member: &str, e: &LinkError) -> String {
+    match e {
+        LinkError::Unreachable { .. } => format!("{member}'s door could not be reached: {e}"),
+        LinkError::Failed { .. } => format!("{member}'s door {e}"),
     }
 }
 
@@ -261,13 +279,13 @@ fn offer(ctx: &CallCtx, abandon: &Receiver<()>) -> (Option<Result<Snapshot, Link
         });
     if let Err(e) = spawned {
         return (
-            Some(Err(LinkError::Failed(format!(
-                "cannot start an offer: {e}"
+            Some(Err(LinkError::failed(format!(
+                "could not be used: cannot start an offer: {e}"
             )))),
             false,
         );
     }
-    let lost = || Err(LinkError::Unreachable("the offer thread ended".into()));
+    let lost = || Err(LinkError::unreachable("the offer thread ended"));
     select! {
         recv(rx) -> r => (Some(r.unwrap_or_else(|_| lost())), false),
         recv(abandon) -> _ => select! {
@@ -310,24 +328,22 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                 };
                 let offers = offers + 1;
                 match answer {
-                    Err(LinkError::Unreachable(e)) => {
+                    Err(e @ LinkError::Unreachable { .. }) => {
                         unanswered += 1;
                         if abandoned {
                             return never_held(ctx);
                         }
                         if unanswered >= UNANSWERED_LIMIT {
-                            return ctx.ended(
+                            return ctx.ended_on(
                                 CallStatus::Unreachable,
                                 format!("{m}'s door stopped answering: {e}"),
+                                &e,
                             );
                         }
                         mode = Mode::Busy { offers };
                     }
-                    Err(LinkError::Failed(e)) => {
-                        return ctx.ended(
-                            CallStatus::Failed,
-                            format!("{m}'s door could not be used: {e}"),
-                        )
+                    Err(e @ LinkError::Failed { .. }) => {
+                        return ctx.ended_on(CallStatus::Failed, format!("{m}'s door {e}"), &e)
                     }
                     Ok(snap) => {
                         unanswered = 0;
@@ -396,22 +412,21 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                     }
                     Ok(snap) if snap.state.is_terminal() => return ctx.ending_of(&snap),
                     Ok(_) => unanswered = 0,
-                    Err(LinkError::Unreachable(e)) => {
+                    Err(e @ LinkError::Unreachable { .. }) => {
                         unanswered += 1;
                         if unanswered >= UNANSWERED_LIMIT {
-                            let mut ended = ctx.ended(
+                            let mut ended = ctx.ended_on(
                                 CallStatus::Unreachable,
                                 format!("{m}'s door stopped answering: {e}"),
+                                &e,
                             );
                             ended.member_task = Some(task_id);
                             return ended;
                         }
                     }
-                    Err(LinkError::Failed(e)) => {
-                        let mut ended = ctx.ended(
-                            CallStatus::Failed,
-                            format!("{m}'s door answered an error: {e}"),
-                        );
+                    Err(e @ LinkError::Failed { .. }) => {
+                        let mut ended =
+                            ctx.ended_on(CallStatus::Failed, format!("{m}'s door {e}"), &e);
                         ended.member_task = Some(task_id);
                         return ended;
                     }

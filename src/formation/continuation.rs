@@ -196,6 +196,8 @@ mod tests {
             output: out.into(),
             below: vec![],
             member_task: None,
+            door: None,
+            detail: None,
         }
     }
 

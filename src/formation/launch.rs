@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::select;
 
@@ -21,7 +21,7 @@ use super::wire::{host_of, HttpLink, MemberHandler};
 use super::{delegation_deadline, mint_token};
 use crate::door::{Door, DoorLimits};
 use crate::exit::ExitStatus;
-use crate::manifest::roster::{load_roster, Place, Roster};
+use crate::manifest::roster::{load_roster, Place, Roster, DEFAULT_REQUEST_TIMEOUT_SECS};
 use crate::manifest::{AfterTask, Credential};
 use crate::progress::Progress;
 use crate::session::{self, MemberRole, Outcome, SessionEnd, SessionSpec};
@@ -275,9 +275,16 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
         .map_err(|e| LaunchError::Usage(format!("member `{}`: door: {e}", p.name)))?;
         log::info!("member {} door at {}", p.name, door.url());
         // A door listening on every address (0.0.0.0, ::) is called on loopback.
+        // Its own door: the URL is the endpoint, no card to read.
         links.push((
             p.name.clone(),
-            Arc::new(HttpLink::new(&loopback_url(door.local_addr()), &token)),
+            Arc::new(member_link(
+                &roster,
+                &p.name,
+                &loopback_url(door.local_addr()),
+                &token,
+                false,
+            )),
         ));
         boards.push((board, inbox));
         doors.push(door);
@@ -288,7 +295,10 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
                 Some(c) => read_token(c, &base, &m.name)?,
                 None => String::new(),
             };
-            links.push((m.name.clone(), Arc::new(HttpLink::new(door, &secret))));
+            links.push((
+                m.name.clone(),
+                Arc::new(member_link(&roster, &m.name, door, &secret, true)),
+            ));
         }
     }
     let link_of = |n: &str| links.iter().find(|(m, _)| m == n).map(|(_, l)| l.clone());
@@ -490,6 +500,16 @@ pub fn run_door(
         Ok(Err(e)) => Err(LaunchError::Runtime(e)),
         Err(_) => Err(LaunchError::Runtime("the session thread panicked".into())),
     }
+}
+
+/// The link to member `name`'s door at `url`, with its roster request timeout;
+/// `discover`: find the endpoint from the agent card (a remote member's address).
+fn member_link(roster: &Roster, name: &str, url: &str, token: &str, discover: bool) -> HttpLink {
+    let secs = roster
+        .member(name)
+        .map_or(DEFAULT_REQUEST_TIMEOUT_SECS, |m| m.request_timeout_secs());
+    let setting = format!("members.{name}.request_timeout_secs in roster.yaml");
+    HttpLink::with(url, token, Duration::from_secs(secs), &setting, discover)
 }
 
 /// The URL a member's door is called at: its own address, or loopback when it listens

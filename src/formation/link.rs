@@ -45,16 +45,24 @@ impl State {
         }
     }
 
-    /// Reads an A2A spelling (the 0.3 lowercase ones too).
+    /// Reads an A2A spelling in any casing, both cancel spellings included
+    /// ([`TaskState::parse`](crate::a2a::TaskState::parse)); input-required,
+    /// auth-required, unspecified and unknown states are [`State::Other`], kept as sent.
     pub fn from_wire(s: &str) -> State {
+        State::from_task_state(&crate::a2a::TaskState::parse(s))
+    }
+
+    /// The state of an A2A task state.
+    pub fn from_task_state(s: &crate::a2a::TaskState) -> State {
+        use crate::a2a::TaskState as T;
         match s {
-            "TASK_STATE_SUBMITTED" | "submitted" => State::Submitted,
-            "TASK_STATE_WORKING" | "working" => State::Working,
-            "TASK_STATE_COMPLETED" | "completed" => State::Completed,
-            "TASK_STATE_FAILED" | "failed" => State::Failed,
-            "TASK_STATE_CANCELED" | "TASK_STATE_CANCELLED" | "canceled" => State::Canceled,
-            "TASK_STATE_REJECTED" | "rejected" => State::Rejected,
-            other => State::Other(other.to_string()),
+            T::Submitted => State::Submitted,
+            T::Working => State::Working,
+            T::Completed => State::Completed,
+            T::Failed => State::Failed,
+            T::Canceled => State::Canceled,
+            T::Rejected => State::Rejected,
+            other => State::Other(other.as_str().to_string()),
         }
     }
 }
@@ -115,16 +123,59 @@ impl StatusStamp {
 }
 
 /// Why a door could not be used.
+///
+/// `Display` is the reason the model may see: it never names the door's address or
+/// the token. [`LinkError::detail`] is the same error as the runtime logs it, with the
+/// URL called, for the trace and stderr.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {
     /// No answer at all: connection refused or reset, timeout. Two in a row make a call
-    /// unreachable.
-    #[error("{0}")]
-    Unreachable(String),
+    /// unreachable. `reason` is the transport error, e.g. `timed out: no answer
+    /// within the request timeout of 10s (…)`.
+    #[error("{reason}")]
+    Unreachable {
+        /// What happened, without the address.
+        reason: String,
+        /// The same, naming the URL called.
+        detail: String,
+    },
     /// An answer that is an error: HTTP error status, JSON-RPC error, a body that is not
-    /// an A2A task.
-    #[error("{0}")]
-    Failed(String),
+    /// an A2A task, a card this runtime cannot use. `reason` reads after "the door",
+    /// e.g. `answered http status 404 (…)` or `broke the protocol: …`.
+    #[error("{reason}")]
+    Failed {
+        /// What happened, without the address.
+        reason: String,
+        /// The same, naming the URL called.
+        detail: String,
+    },
+}
+
+impl LinkError {
+    /// An unreachable door with nothing more to log than `reason`.
+    pub fn unreachable(reason: impl Into<String>) -> LinkError {
+        let reason = reason.into();
+        LinkError::Unreachable {
+            detail: reason.clone(),
+            reason,
+        }
+    }
+
+    /// A failed door with nothing more to log than `reason`.
+    pub fn failed(reason: impl Into<String>) -> LinkError {
+        let reason = reason.into();
+        LinkError::Failed {
+            detail: reason.clone(),
+            reason,
+        }
+    }
+
+    /// The error as the runtime logs it (with the URL called).
+    pub fn detail(&self) -> &str {
+        match self {
+            LinkError::Unreachable { detail, .. } | LinkError::Failed { detail, .. } => detail,
+        }
+    }
 }
 
 /// What a `SendMessage` carries besides the task text.
@@ -147,6 +198,9 @@ pub trait Link: Send + Sync {
     /// The host of the door's address, for the egress check against
     /// `capabilities.network.allow` (`localhost` for a loopback address).
     fn host(&self) -> String;
+    /// The door's address as configured, for the trace and stderr (never for the
+    /// model); `local` for a member reached in process.
+    fn address(&self) -> String;
 }
 
 /// A member of this process, reached by a direct call into its [`Board`]: the same
@@ -170,18 +224,22 @@ impl Link for LocalLink {
     fn get(&self, task_id: &str) -> Result<Snapshot, LinkError> {
         self.board
             .get(task_id)
-            .ok_or_else(|| LinkError::Failed(format!("task {task_id} not found")))
+            .ok_or_else(|| LinkError::failed(format!("answered: task {task_id} not found")))
     }
 
     fn cancel(&self, task_id: &str) -> Result<(), LinkError> {
         self.board
             .cancel(task_id)
             .map(|_| ())
-            .map_err(LinkError::Failed)
+            .map_err(|e| LinkError::failed(format!("answered: {e}")))
     }
 
     fn host(&self) -> String {
         "localhost".into()
+    }
+
+    fn address(&self) -> String {
+        "local".into()
     }
 }
 

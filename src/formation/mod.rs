@@ -80,6 +80,22 @@ pub struct EndedCall {
     pub below: Vec<(String, String)>,
     /// The member's task id, when it took the task.
     pub member_task: Option<String>,
+    /// The member's door address as configured (trace only, never the model's).
+    pub door: Option<String>,
+    /// The error as the runtime logs it, naming the URL called, for a call that ended
+    /// on a door error (trace and stderr only; `output` is the model's text).
+    pub detail: Option<String>,
+}
+
+impl EndedCall {
+    /// Whether the ending is one an operator is warned of on stderr: failed,
+    /// unreachable or timed out.
+    pub fn warns(&self) -> bool {
+        matches!(
+            self.status,
+            CallStatus::Failed | CallStatus::Unreachable | CallStatus::TimedOut
+        )
+    }
 }
 
 /// The default bound of one member call: 600 seconds.

@@ -100,7 +100,7 @@ pub fn from_task(t: &Task) -> Snapshot {
     Snapshot {
         id: t.id.clone(),
         context_id: Some(t.context_id.clone()).filter(|c| !c.is_empty() && *c != t.id),
-        state: State::from_wire(t.status.state.as_str()),
+        state: State::from_task_state(&t.status.state),
         message: t.status.message_text(),
         answer: (t.status.state == TaskState::Completed).then(|| t.answer_text()),
         no_answer: m.no_answer,
@@ -205,12 +205,38 @@ pub struct HttpLink {
     host: String,
 }
 
+/// The request timeout of a call to a member's door unless `request_timeout_secs`
+/// sets one: 10 seconds.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration =
+    Duration::from_secs(crate::manifest::roster::DEFAULT_REQUEST_TIMEOUT_SECS);
+
+/// The connect timeout of a call to a member's door: 3 seconds, or the request timeout
+/// when that is shorter.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 impl HttpLink {
-    /// A link to the door at `url` with bearer `token` (empty: none).
+    /// A link to the door at `url` with bearer `token` (empty: none), the default
+    /// timeouts, the endpoint discovered from the agent card.
     pub fn new(url: &str, token: &str) -> HttpLink {
+        HttpLink::with(url, token, DEFAULT_REQUEST_TIMEOUT, "", true)
+    }
+
+    /// A link with a request timeout; `setting` names how it is set, for a timeout
+    /// error (e.g. `members.critic.request_timeout_secs in roster.yaml`); `discover`:
+    /// whether the endpoint is found from the agent card (a remote member) or `url` is
+    /// the endpoint (a local member's own door).
+    pub fn with(
+        url: &str,
+        token: &str,
+        request_timeout: Duration,
+        setting: &str,
+        discover: bool,
+    ) -> HttpLink {
         let mut config = crate::a2a::ClientConfig::new(url, token);
-        config.request_timeout = Duration::from_secs(10);
-        config.connect_timeout = Duration::from_secs(3);
+        config.request_timeout = request_timeout;
+        config.connect_timeout = CONNECT_TIMEOUT;
+        config.request_timeout_setting = setting.to_string();
+        config.discover = discover;
         HttpLink {
             client: A2aClient::with_config(config),
             host: host_of(url),
@@ -231,11 +257,18 @@ pub fn host_of(url: &str) -> String {
     host.to_ascii_lowercase()
 }
 
+/// A client error as a link error: the model's reason without the URL, the detail
+/// with it.
 fn link_error(e: ClientError) -> LinkError {
-    if e.is_unreachable() {
-        LinkError::Unreachable(e.to_string())
-    } else {
-        LinkError::Failed(e.to_string())
+    let detail = e.to_string();
+    match e {
+        ClientError::Unreachable { detail: reason, .. } => {
+            LinkError::Unreachable { reason, detail }
+        }
+        other => LinkError::Failed {
+            reason: other.reason(),
+            detail,
+        },
     }
 }
 
@@ -270,6 +303,15 @@ impl Link for HttpLink {
 
     fn host(&self) -> String {
         self.host.clone()
+    }
+
+    fn address(&self) -> String {
+        match self.client.endpoint() {
+            Some(e) if e != self.client.url() => {
+                format!("{} (JSON-RPC endpoint {e})", self.client.url())
+            }
+            _ => self.client.url().to_string(),
+        }
     }
 }
 

@@ -173,6 +173,12 @@ pub(crate) fn base_url(base: Option<&str>, default: &str) -> String {
     base.trim_end_matches('/').to_string()
 }
 
+/// A transport error as text: a timeout names which one fired and its value
+/// ([`crate::net::describe`]).
+fn describe(e: &ureq::Error, agent: &ureq::Agent) -> String {
+    crate::net::describe(e, agent, "request_timeout_secs of the inference choice")
+}
+
 /// POSTs `body` as JSON and returns the status (2xx only) and the body text.
 ///
 /// Transport errors and non-2xx statuses become a classified [`Failure`].
@@ -192,7 +198,7 @@ pub(crate) fn post_json(
     let payload = body.to_string();
     let mut resp = req
         .send(payload.as_bytes())
-        .map_err(|e| Failure::from_ureq(&e))?;
+        .map_err(|e| Failure::from_ureq(&e, describe(&e, agent)))?;
     let status = resp.status().as_u16();
     let header = |name: &str| {
         resp.headers()
@@ -207,7 +213,7 @@ pub(crate) fn post_json(
         .with_config()
         .limit(MAX_BODY_BYTES)
         .read_to_vec()
-        .map_err(|e| Failure::from_ureq(&e))?;
+        .map_err(|e| Failure::from_ureq(&e, describe(&e, agent)))?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if !(200..300).contains(&status) {
         return Err(Failure::from_status(

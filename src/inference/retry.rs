@@ -169,11 +169,11 @@ impl Failure {
         Failure::fatal(Outcome::InvalidResponse, Some(200), detail)
     }
 
-    /// Classifies a transport error of ureq (no HTTP status was read).
-    pub fn from_ureq(err: &ureq::Error) -> Self {
+    /// Classifies a transport error of ureq (no HTTP status was read); `detail` is
+    /// its text ([`crate::net::describe`]: a timeout names which one and its value).
+    pub fn from_ureq(err: &ureq::Error, detail: String) -> Self {
         use std::io::ErrorKind as K;
         use ureq::Error as E;
-        let detail = err.to_string();
         match err {
             E::Timeout(_) | E::BodyStalled => Failure::transient(Outcome::Timeout, None, detail),
             E::ConnectionFailed | E::HostNotFound | E::ConnectProxyFailed(_) => {

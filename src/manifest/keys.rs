@@ -135,4 +135,11 @@ pub fn homes_of(key: &str, here: &[&str]) -> Vec<&'static str> {
 pub const ROSTER: &[&str] = &["formation", "entry", "members"];
 
 /// One entry of a roster's `members`.
-pub const ROSTER_MEMBER: &[&str] = &["capsule", "door", "token", "calls", "listen"];
+pub const ROSTER_MEMBER: &[&str] = &[
+    "capsule",
+    "door",
+    "token",
+    "calls",
+    "listen",
+    "request_timeout_secs",
+];

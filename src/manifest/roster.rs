@@ -19,6 +19,11 @@
 //! | `members.<name>.token` | a remote member's bearer token, `{env: VAR}` or `{file: PATH}` | no `Authorization` header |
 //! | `members.<name>.calls` | the members this one may call (its reachability rule), in the order `call-member`'s enum lists them | `[]`: no call-member tool |
 //! | `members.<name>.listen` | a local member's door address, `HOST:PORT` | `127.0.0.1:0` (an ephemeral loopback port) |
+//! | `members.<name>.request_timeout_secs` | the whole-request timeout of each HTTP request a caller makes to this member's door (card, `SendMessage`, `GetTask`, `CancelTask`), whole seconds ≥ 1 | `10` |
+//!
+//! A remote member's `door` is an A2A agent's base address (`http://host:port`, as A2A
+//! agents are published) or its JSON-RPC endpoint: the endpoint is found from the agent
+//! card ([`crate::a2a::client`], "Discovery").
 //!
 //! Exactly one of `capsule` and `door`. A remote member's own calls are its own
 //! business, so `calls` and `listen` are local-only, and `token` remote-only. The same
@@ -56,6 +61,22 @@ pub struct RosterMember {
     pub place: Place,
     /// `calls`: the members it may call, in the order written.
     pub calls: Vec<String>,
+    /// `request_timeout_secs`: the whole-request timeout of a call to its door, in
+    /// seconds (at least 1); `None`: 10 seconds
+    /// ([`DEFAULT_REQUEST_TIMEOUT_SECS`]).
+    pub request_timeout_secs: Option<u64>,
+}
+
+/// The request timeout of a call to a member's door unless
+/// `members.<name>.request_timeout_secs` sets one, in seconds: 10.
+pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 10;
+
+impl RosterMember {
+    /// The request timeout of a call to its door, in seconds.
+    pub fn request_timeout_secs(&self) -> u64 {
+        self.request_timeout_secs
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT_SECS)
+    }
 }
 
 /// Where a member runs.
@@ -300,6 +321,11 @@ fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMem
             }
         }
     });
+    let request_timeout_secs = m.opt_positive(
+        cx,
+        "request_timeout_secs",
+        "leave the key out for the default of 10 seconds",
+    );
     let calls = m
         .opt(cx, "calls", |cx, f| {
             Some(f.list_of(cx, |cx, item| {
@@ -358,6 +384,7 @@ fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMem
         name: name.to_string(),
         place: place?,
         calls,
+        request_timeout_secs,
     })
 }
 
@@ -423,6 +450,36 @@ mod tests {
             [
                 "roster.yaml:2:8: entry: `far` is a remote member (it has a `door`); the entry member must be a local capsule",
                 "roster.yaml:4:30: members.far: `calls` is for a local member (with `capsule`); a remote member's own calls and address are its own",
+            ]
+        );
+    }
+
+    #[test]
+    fn request_timeout_secs_is_read_for_any_member_and_must_be_at_least_1() {
+        let r = parse_roster(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l, calls: [far], request_timeout_secs: 4}\n  far: {door: \"http://h:1\", request_timeout_secs: 120}\n",
+            "roster.yaml",
+        )
+        .unwrap();
+        assert_eq!(r.member("far").unwrap().request_timeout_secs(), 120);
+        assert_eq!(r.member("lead").unwrap().request_timeout_secs(), 4);
+        let r = parse_roster(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l}\n",
+            "roster.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            r.member("lead").unwrap().request_timeout_secs(),
+            DEFAULT_REQUEST_TIMEOUT_SECS
+        );
+        let e = errors(
+            "formation: f\nentry: lead\nmembers:\n  lead: {capsule: l}\n  far: {door: \"http://h:1\", request_timeout_secs: 0, request_timeout: 3}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "roster.yaml:5:51: members.far.request_timeout_secs: must be at least 1; leave the key out for the default of 10 seconds",
+                "roster.yaml:5:54: members.far: unknown key `request_timeout` (did you mean `request_timeout_secs`?)",
             ]
         );
     }

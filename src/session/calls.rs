@@ -17,6 +17,9 @@ use crate::tools::{self, call_member, end_without_answer, ToolResult};
 
 use super::{Loop, Stop};
 
+/// The most of a member call's reason a stderr warning quotes, in bytes.
+const WARN_CAP: usize = 400;
+
 /// The member calls of the running task.
 pub(super) struct Calls {
     /// Calls outstanding, or ended with an answer not yet delivered, in the order made.
@@ -166,6 +169,8 @@ impl Loop<'_> {
                 output: format!("W-RUN-008: capabilities.network.allow does not list {need}, so {member}'s door cannot be reached from this capsule; nothing was sent"),
                 below: Vec::new(),
                 member_task: None,
+                door: Some(link.address()),
+                detail: None,
             })
         } else {
             let ctx = CallCtx {
@@ -223,6 +228,8 @@ impl Loop<'_> {
                             output: format!("cannot start the call's poller thread: {e}"),
                             below: Vec::new(),
                             member_task: None,
+                            door: Some(link.address()),
+                            detail: None,
                         }),
                     }
                 }
@@ -331,20 +338,41 @@ impl Loop<'_> {
         Ok(text)
     }
 
+    /// Writes `member_call` (with the door's address and the error's detail, which the
+    /// model never sees) and, for a call that ended failed, unreachable or timed out,
+    /// a warning on stderr.
     fn record_member_call(&self, e: &EndedCall, delivered: bool) {
-        self.trace.record(
-            Some(&self.task_id),
-            "member_call",
-            fields! {
-                "call_id" => e.call_id,
-                "member" => e.member,
-                "status" => e.status.as_str(),
-                "delivered" => delivered,
-                "member_task" => e.member_task,
-                "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
-                "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
-            },
-        );
+        let mut f = fields! {
+            "call_id" => e.call_id,
+            "member" => e.member,
+            "status" => e.status.as_str(),
+            "delivered" => delivered,
+            "member_task" => e.member_task,
+            "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
+            "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
+        };
+        if let Some(d) = &e.door {
+            f.insert("door".into(), json!(d));
+        }
+        if let Some(d) = &e.detail {
+            f.insert("detail".into(), json!(d));
+        }
+        self.trace.record(Some(&self.task_id), "member_call", f);
+        if e.warns() {
+            let why = e.detail.as_deref().unwrap_or(&e.output);
+            let why = continuation::cut_utf8(why, WARN_CAP);
+            let door = match (&e.detail, &e.door) {
+                (None, Some(d)) => format!(" (door {d})"),
+                _ => String::new(),
+            };
+            log::warn!(
+                "member call {} to {} from task {} ended {}: {why}{door}",
+                e.call_id,
+                e.member,
+                self.task_id,
+                e.status.as_str()
+            );
+        }
     }
 
     /// Accounts for the calls the task leaves behind when it ends other than by a
@@ -375,6 +403,8 @@ impl Loop<'_> {
                 ),
                 below: Vec::new(),
                 member_task: None,
+                door: None,
+                detail: None,
             });
             self.record_member_call(&e, false);
         }

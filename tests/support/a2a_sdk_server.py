@@ -3,8 +3,11 @@ the door benchmark.
 
     python a2a_sdk_server.py --port 0 --token T [--mode echo|fail] [--busy N] [--delay S]
 
-Serves JSON-RPC on POST / and the card on GET /.well-known/agent-card.json, and
-prints `LISTENING http://127.0.0.1:PORT` once the socket listens. Every POST needs
+Serves JSON-RPC on POST /a2a/jsonrpc (the SDK's default path, as a real a2a-sdk
+deployment does; POST / is a 404) and the card on GET /.well-known/agent-card.json,
+whose one interface names that endpoint, and prints
+`LISTENING http://127.0.0.1:PORT http://127.0.0.1:PORT/a2a/jsonrpc` (the agent's base
+address, then its JSON-RPC endpoint) once the socket listens. Every POST needs
 `Authorization: Bearer T` (401 otherwise); the card is public.
 
 Behaviour of a task, by mode and text:
@@ -43,6 +46,8 @@ from a2a.types.a2a_pb2 import (
 )
 
 BUSY = "task rejected: capsule is busy"
+# Where the SDK serves JSON-RPC unless told otherwise (a2a.utils.constants).
+RPC_PATH = "/a2a/jsonrpc"
 
 
 class Peer(AgentExecutor):
@@ -132,7 +137,8 @@ def main() -> None:
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)
     port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/"
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}{RPC_PATH}"
 
     card = AgentCard(
         name="SDK Echo Peer",
@@ -149,11 +155,11 @@ def main() -> None:
         task_store=InMemoryTaskStore(),
         agent_card=card,
     )
-    routes = create_agent_card_routes(card, cache_control="public, max-age=300") + create_jsonrpc_routes(handler, rpc_url="/")
+    routes = create_agent_card_routes(card, cache_control="public, max-age=300") + create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
     app = BearerAuth(Starlette(routes=routes), args.token)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
-    print(f"LISTENING {url}", flush=True)
+    print(f"LISTENING {base} {url}", flush=True)
     server.run(sockets=[sock])
 
 

@@ -33,12 +33,16 @@ pub fn script(name: &str) -> PathBuf {
 /// `tests/support/a2a_sdk_server.py` on an ephemeral port, killed on drop.
 pub struct Server {
     child: Child,
+    /// The agent's base address, `http://127.0.0.1:PORT`, as A2A agents are published.
     pub url: String,
+    /// Its JSON-RPC endpoint, `http://127.0.0.1:PORT/a2a/jsonrpc`, which its card names.
+    pub endpoint: String,
 }
 
 impl Server {
     /// Starts the server with bearer token `token` and `args`, its stderr going to
-    /// `stderr`, and waits (60 s at most) for the `LISTENING URL` line it prints.
+    /// `stderr`, and waits (60 s at most) for the `LISTENING BASE ENDPOINT` line it
+    /// prints.
     pub fn start(token: &str, args: &[&str], stderr: Stdio) -> Server {
         let mut child = Command::new(venv_python())
             .arg(script("a2a_sdk_server.py"))
@@ -58,12 +62,16 @@ impl Server {
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("a2a_sdk_server.py prints LISTENING within 60 s");
-        let url = line
+        let (url, endpoint) = line
             .trim()
             .strip_prefix("LISTENING ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Server { child, url }
+            .and_then(|r| r.split_once(' '))
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Server {
+            child,
+            url: url.to_string(),
+            endpoint: endpoint.to_string(),
+        }
     }
 }
 
