@@ -148,6 +148,8 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
         temperature: Some(0.0),
         request_timeout_secs: 120,
         max_retries: 2,
+        max_retry_after_secs: 60,
+        stream: true,
     };
     let mut driver = OpenAiDriver::new(&choice, Path::new(".")).unwrap();
     let messages = [Message::User("What is the capital of France?".to_string())];
@@ -210,11 +212,13 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
             call_id: "call_1".to_string(),
             name: "ls".to_string(),
             content: "notes.txt\nreport.md".to_string(),
+            is_error: false,
         },
         Message::Tool {
             call_id: "call_2".to_string(),
             name: "ls".to_string(),
             content: "error: the arguments are not JSON".to_string(),
+            is_error: true,
         },
     ];
     let req = Request {

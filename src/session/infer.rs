@@ -43,6 +43,8 @@ impl Loop<'_> {
         let cap = choice.max_output_tokens;
         let trace = self.trace.clone();
         let task = self.task_id.clone();
+        let progress = self.progress.clone();
+        let max_attempts = u64::from(choice.max_retries) + 1;
         let started = Instant::now();
         let spawned = std::thread::Builder::new().name("inference".into()).spawn(move || {
             let mut drv = d.lock();
@@ -55,6 +57,9 @@ impl Loop<'_> {
                         "inference_attempt",
                         fields! {"turn" => turn, "driver" => kind, "attempt" => a.number, "outcome" => a.outcome, "http_status" => a.http_status, "retry_in_ms" => a.retry_in_ms, "detail" => a.detail},
                     );
+                }
+                if a.will_retry {
+                    report_retry(&progress, turn, &a, max_attempts);
                 }
             };
             let _ = tx.send(drv.complete(&req, &mut sink));
@@ -124,6 +129,32 @@ impl Loop<'_> {
             Some(&self.task_id),
             "inference",
             fields! {"turn" => turn, "choice" => self.spec.choice, "driver" => format!("{:?}", choice.driver).to_lowercase(), "error" => why, "duration_ms" => started.elapsed().as_millis() as u64},
+        );
+    }
+}
+
+/// Shows a retry of the model on the progress line (attempt, reason, wait), and, when
+/// there is no live progress line (stderr is not a terminal), as a warning on stderr.
+fn report_retry(progress: &crate::progress::Progress, turn: u64, a: &inference::Attempt, max: u64) {
+    let wait = inference::retry::describe_wait(std::time::Duration::from_millis(a.retry_in_ms));
+    let reason = match (a.outcome.as_str(), a.http_status) {
+        ("http_status", Some(s)) => format!("HTTP {s}"),
+        (o, Some(s)) if s != 200 => format!("{o}, HTTP {s}"),
+        (o, _) => o.to_string(),
+    };
+    let next = u64::from(a.number) + 1;
+    progress.set(
+        turn,
+        format!(
+            "waiting for the model: attempt {} of {max} failed ({reason}), attempt {next} in {wait}",
+            a.number
+        ),
+    );
+    if !progress.is_live() {
+        log::warn!(
+            "turn {turn}: model attempt {} of {max} failed ({reason}: {}); attempt {next} in {wait}",
+            a.number,
+            a.detail.as_deref().unwrap_or("no detail")
         );
     }
 }
