@@ -62,6 +62,23 @@ impl Progress {
         self.state.is_some()
     }
 
+    /// A handle that keeps what it is told without drawing, for tests.
+    #[cfg(test)]
+    pub(crate) fn recording() -> Progress {
+        Progress {
+            state: Some(Arc::new(Mutex::new(State::default()))),
+        }
+    }
+
+    /// What the line says now (turn, text), for tests.
+    #[cfg(test)]
+    pub(crate) fn shown(&self) -> Option<(u64, String)> {
+        self.state.as_ref().map(|s| {
+            let st = s.lock();
+            (st.turn, st.doing.clone())
+        })
+    }
+
     /// A progress handle that never draws.
     pub fn none() -> Progress {
         Progress { state: None }

@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -165,7 +165,10 @@ impl FakeServer {
                         let _ = w.write_all(head.as_bytes()).and_then(|_| w.flush());
                         for (pause, piece) in chunks {
                             std::thread::sleep(pause);
-                            if w.write_all(piece.as_bytes()).and_then(|_| w.flush()).is_err() {
+                            if w.write_all(piece.as_bytes())
+                                .and_then(|_| w.flush())
+                                .is_err()
+                            {
                                 break;
                             }
                         }
@@ -1130,7 +1133,10 @@ fn openai_stream_error_about_the_request_is_not_retried() {
     let server = FakeServer::start(vec![bad]);
     let capsule = Capsule::new();
     let (result, attempts) = call(&mut openai(&server.base, 3, &capsule), &hello(), &[]);
-    assert!(matches!(result, Err(DriverError::Fatal { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(DriverError::Fatal { .. })),
+        "{result:?}"
+    );
     assert_eq!(attempts.len(), 1);
 }
 
@@ -1176,7 +1182,10 @@ fn a_long_stream_is_not_cut_by_the_request_timeout_but_a_silent_one_is() {
         .map(|i| {
             (
                 Duration::from_millis(500),
-                format!("data: {}\n\n", chunk(json!({"content": format!("{i}")}), None)),
+                format!(
+                    "data: {}\n\n",
+                    chunk(json!({"content": format!("{i}")}), None)
+                ),
             )
         })
         .collect();
@@ -1376,7 +1385,9 @@ fn mur_run_never_pastes_an_error_page_and_warns_of_each_retry() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("turn 1: model attempt 1 of 2 failed (HTTP 503: http status 503: an HTML page titled"),
+        stderr.contains(
+            "turn 1: model attempt 1 of 2 failed (HTTP 503: http status 503: an HTML page titled"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("attempt 2 in "), "{stderr}");
@@ -1385,7 +1396,8 @@ fn mur_run_never_pastes_an_error_page_and_warns_of_each_retry() {
 #[test]
 fn mur_run_retry_after_beyond_the_cap_ends_the_task_naming_the_wait() {
     let server = FakeServer::start(vec![
-        reply(429, json!({"error": {"message": "Rate limit reached"}})).header("Retry-After", "7200"),
+        reply(429, json!({"error": {"message": "Rate limit reached"}}))
+            .header("Retry-After", "7200"),
         reply(200, text_answer()),
     ]);
     let c = network_capsule("openai", &server.base, "      max_retry_after_secs: 120\n");
@@ -1425,7 +1437,10 @@ fn mur_run_call_ids_are_unique_across_the_conversation() {
     let run = c.run("list", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let calls = run.records("tool_call");
-    let ids: Vec<&str> = calls.iter().map(|r| r["call_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|r| r["call_id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["call_0", "call_0-2", "call_0-3"]);
     assert!(calls.iter().all(|r| r["status"] == "passed"), "{calls:?}");
     assert_eq!(calls[1]["model_call_id"], "call_0");
@@ -1476,7 +1491,11 @@ fn mur_run_anthropic_tool_error_is_flagged_and_bad_json_is_explained() {
         "{}",
         texts[0]
     );
-    assert!(texts[0].contains("\"args\""), "the schema is given: {}", texts[0]);
+    assert!(
+        texts[0].contains("\"args\""),
+        "the schema is given: {}",
+        texts[0]
+    );
     let sent = &server.seen()[1].body["messages"][2]["content"];
     assert_eq!(sent[0]["tool_use_id"], "toolu_1");
     assert_eq!(sent[0]["is_error"], true);

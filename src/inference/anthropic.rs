@@ -120,10 +120,11 @@ impl Driver for AnthropicDriver {
         }
         let body = self.request_body(req);
         let made_up = &mut self.made_up_ids;
-        self.http.call(&headers, &body, attempts, |answer| match answer {
-            Answer::Json { value, raw } => parse_response(value, raw, req, made_up),
-            Answer::Stream(events) => read_stream(events, req, made_up),
-        })
+        self.http
+            .call(&headers, &body, attempts, |answer| match answer {
+                Answer::Json { value, raw } => parse_response(value, raw, req, made_up),
+                Answer::Stream(events) => read_stream(events, req, made_up),
+            })
     }
 
     fn kind(&self) -> &'static str {

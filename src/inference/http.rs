@@ -200,9 +200,9 @@ fn timeout_detail(t: &ureq::Timeout, secs: u64) -> String {
         T::RecvResponse => {
             format!("timeout: the answer did not start within request_timeout_secs ({secs} s)")
         }
-        T::PerRead | T::RecvBody => format!(
-            "timeout: the answer sent nothing for request_timeout_secs ({secs} s)"
-        ),
+        T::PerRead | T::RecvBody => {
+            format!("timeout: the answer sent nothing for request_timeout_secs ({secs} s)")
+        }
         other => format!("timeout: {other} (request_timeout_secs {secs} s)"),
     }
 }

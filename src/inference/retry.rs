@@ -443,7 +443,9 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // Delay seconds; a number too large for u64 is still "a very long wait".
-        return Some(Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX)));
+        return Some(Duration::from_secs(
+            value.parse::<u64>().unwrap_or(u64::MAX),
+        ));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -594,10 +596,15 @@ mod tests {
         let s = summarise_body(&page);
         assert_eq!(
             s,
-            format!("an HTML page titled \"502 Bad Gateway & co\" ({} bytes)", page.len())
+            format!(
+                "an HTML page titled \"502 Bad Gateway & co\" ({} bytes)",
+                page.len()
+            )
         );
         assert_eq!(
-            summarise_body("<html><body>\n  <h1>Service Unavailable</h1><p>later</p></body></html>"),
+            summarise_body(
+                "<html><body>\n  <h1>Service Unavailable</h1><p>later</p></body></html>"
+            ),
             "an HTML page starting \"Service Unavailable\" (69 bytes)"
         );
         assert_eq!(

@@ -184,7 +184,8 @@ mod tests {
 
     #[test]
     fn invalid_arguments_name_the_problem_its_position_and_the_schema() {
-        let schema = serde_json::json!({"type": "object", "properties": {"args": {"type": "array"}}});
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"args": {"type": "array"}}});
         assert_eq!(
             invalid_arguments("ls", "{\"args\": [\"-l\"", &schema),
             "the arguments of this call to `ls` are not JSON (EOF while parsing a list at line 1 column 14): `{\"args\": [\"-l\"`; send one JSON object matching the tool's input schema: {\"type\":\"object\",\"properties\":{\"args\":{\"type\":\"array\"}}}"

@@ -158,3 +158,41 @@ fn report_retry(progress: &crate::progress::Progress, turn: u64, a: &inference::
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_shows_attempt_reason_and_wait_on_the_progress_line() {
+        let p = crate::progress::Progress::recording();
+        let a = inference::Attempt {
+            number: 1,
+            outcome: "http_status".into(),
+            http_status: Some(429),
+            retry_in_ms: 2000,
+            will_retry: true,
+            detail: Some("http status 429: \"slow down\"".into()),
+        };
+        report_retry(&p, 3, &a, 5);
+        assert_eq!(
+            p.shown(),
+            Some((
+                3,
+                "waiting for the model: attempt 1 of 5 failed (HTTP 429), attempt 2 in 2 s".into()
+            ))
+        );
+        let a = inference::Attempt {
+            number: 2,
+            outcome: "overloaded".into(),
+            http_status: Some(529),
+            retry_in_ms: 350,
+            ..a
+        };
+        report_retry(&p, 3, &a, 5);
+        assert_eq!(
+            p.shown().unwrap().1,
+            "waiting for the model: attempt 2 of 5 failed (overloaded, HTTP 529), attempt 3 in 350 ms"
+        );
+    }
+}
