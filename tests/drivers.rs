@@ -1174,14 +1174,21 @@ fn openai_stream_false_asks_for_one_json_body() {
     assert!(b.get("stream_options").is_none());
 }
 
+/// A driver whose `request_timeout_secs` is 3.
+fn three_second_driver(base: &str, capsule: &Capsule) -> OpenAiDriver {
+    let mut c = choice(DriverKind::Openai, base, 0);
+    c.request_timeout_secs = 3;
+    OpenAiDriver::new(&c, capsule.path()).unwrap()
+}
+
 #[test]
-fn a_long_stream_is_not_cut_by_the_request_timeout_but_a_silent_one_is() {
-    // request_timeout_secs bounds each silence, not the whole stream: eight pieces
-    // 0.5 s apart take 4 s, twice the 2 s timeout, and still arrive whole.
-    let mut pieces: Vec<(Duration, String)> = (0..8)
+fn a_long_stream_is_not_cut_by_the_request_timeout() {
+    // request_timeout_secs bounds each silence, not the whole stream: ten pieces
+    // 0.4 s apart take 4 s, more than the 3 s timeout, and still arrive whole.
+    let mut pieces: Vec<(Duration, String)> = (0..10)
         .map(|i| {
             (
-                Duration::from_millis(500),
+                Duration::from_millis(400),
                 format!(
                     "data: {}\n\n",
                     chunk(json!({"content": format!("{i}")}), None)
@@ -1199,6 +1206,15 @@ fn a_long_stream_is_not_cut_by_the_request_timeout_but_a_silent_one_is() {
     let slow = raw_reply(200, "")
         .content_type("text/event-stream")
         .paced(pieces);
+    let server = FakeServer::start(vec![slow]);
+    let capsule = Capsule::new();
+    let mut d = three_second_driver(&server.base, &capsule);
+    let (result, _) = call(&mut d, &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("0123456789"));
+}
+
+#[test]
+fn a_silent_stream_times_out_naming_the_setting() {
     let silent = raw_reply(200, "")
         .content_type("text/event-stream")
         .paced(vec![
@@ -1206,28 +1222,20 @@ fn a_long_stream_is_not_cut_by_the_request_timeout_but_a_silent_one_is() {
                 Duration::ZERO,
                 format!("data: {}\n\n", chunk(json!({"content": "a"}), None)),
             ),
-            (Duration::from_secs(6), "data: [DONE]\n\n".to_string()),
+            (Duration::from_secs(9), "data: [DONE]\n\n".to_string()),
         ]);
-    let server = FakeServer::start(vec![slow, silent]);
+    let server = FakeServer::start(vec![silent]);
     let capsule = Capsule::new();
-    let mut c = choice(DriverKind::Openai, &server.base, 0);
-    c.request_timeout_secs = 2;
-    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
-    let (result, _) = call(&mut d, &hello(), &[]);
-    assert_eq!(result.unwrap().text.as_deref(), Some("01234567"));
+    let mut d = three_second_driver(&server.base, &capsule);
     let (result, attempts) = call(&mut d, &hello(), &[]);
     assert!(
         matches!(result, Err(DriverError::Exhausted { attempts: 1, .. })),
         "{result:?}"
     );
     assert_eq!(attempts[0].outcome, "timeout");
-    assert!(
-        attempts[0]
-            .detail
-            .as_deref()
-            .unwrap()
-            .contains("request_timeout_secs (2 s)"),
-        "{attempts:?}"
+    assert_eq!(
+        attempts[0].detail.as_deref(),
+        Some("timeout: the answer sent nothing for request_timeout_secs (3 s)")
     );
 }
 

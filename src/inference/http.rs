@@ -167,10 +167,13 @@ impl Events {
                     None,
                     timeout_detail(&ureq::Timeout::PerRead, self.timeout_secs),
                 ),
-                None => Failure::transient(Outcome::Io, None, format!("reading the stream: {e}")),
+                None => Failure::transient(Outcome::Io, None, e.to_string()),
             };
+            if f.outcome == Outcome::Timeout {
+                return f;
+            }
             Failure {
-                detail: format!("{} (the stream broke off)", f.detail),
+                detail: format!("the stream broke off: {}", f.detail),
                 ..f
             }
         })
