@@ -1,5 +1,6 @@
 //! The live progress line on stderr (only when stderr is a terminal): turn, the tool
-//! being run, elapsed seconds. Redrawn four times a second by its own thread.
+//! being run or the model being waited for (with its retries: attempt, reason, wait),
+//! elapsed seconds. Redrawn four times a second by its own thread.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -53,6 +54,29 @@ impl Progress {
                 let _ = err.flush();
             });
         Progress { state: Some(state) }
+    }
+
+    /// `true` when the line is drawn (stderr is a terminal); `false` for a handle that
+    /// never draws, whose news a caller then logs instead.
+    pub fn is_live(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// A handle that keeps what it is told without drawing, for tests.
+    #[cfg(test)]
+    pub(crate) fn recording() -> Progress {
+        Progress {
+            state: Some(Arc::new(Mutex::new(State::default()))),
+        }
+    }
+
+    /// What the line says now (turn, text), for tests.
+    #[cfg(test)]
+    pub(crate) fn shown(&self) -> Option<(u64, String)> {
+        self.state.as_ref().map(|s| {
+            let st = s.lock();
+            (st.turn, st.doing.clone())
+        })
     }
 
     /// A progress handle that never draws.

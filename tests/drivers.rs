@@ -1,7 +1,13 @@
 //! The network drivers against fake providers: a scripted HTTP server on 127.0.0.1
 //! that answers each request with the next scripted reply and records what it got.
+//! The faults are the kinds public bug reports describe: Retry-After in every form,
+//! HTML error pages, reused call ids, streams that break off or carry an error event,
+//! servers that answer a streaming request with plain JSON.
+
+mod support;
 
 use std::collections::VecDeque;
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -22,30 +28,57 @@ use serde_json::{json, Value};
 /// One scripted answer.
 struct Reply {
     status: u16,
+    content_type: &'static str,
     headers: Vec<(&'static str, String)>,
     body: String,
     delay: Duration,
+    /// When set, the body is sent in these pieces, each after its pause (chunked).
+    chunks: Option<Vec<(Duration, String)>>,
 }
 
 fn reply(status: u16, body: Value) -> Reply {
-    Reply {
-        status,
-        headers: Vec::new(),
-        body: body.to_string(),
-        delay: Duration::ZERO,
-    }
+    raw_reply(status, &body.to_string())
 }
 
 fn raw_reply(status: u16, body: &str) -> Reply {
     Reply {
         status,
+        content_type: "application/json",
         headers: Vec::new(),
         body: body.to_string(),
         delay: Duration::ZERO,
+        chunks: None,
+    }
+}
+
+/// A `text/event-stream` answer of these events (`event` name or "", data), sent at
+/// once.
+fn sse(events: &[(&str, Value)]) -> Reply {
+    let mut body = String::from(": a comment, as servers send to keep the line open\n\n");
+    for (event, data) in events {
+        if !event.is_empty() {
+            body.push_str(&format!("event: {event}\n"));
+        }
+        body.push_str(&format!("data: {data}\n\n"));
+    }
+    Reply {
+        content_type: "text/event-stream",
+        ..raw_reply(200, &body)
     }
 }
 
 impl Reply {
+    fn content_type(mut self, value: &'static str) -> Self {
+        self.content_type = value;
+        self
+    }
+
+    /// Sends the body as these pieces, each after its pause.
+    fn paced(mut self, chunks: Vec<(Duration, String)>) -> Self {
+        self.chunks = Some(chunks);
+        self
+    }
+
     fn header(mut self, name: &'static str, value: &str) -> Self {
         self.headers.push((name, value.to_string()));
         self
@@ -107,18 +140,48 @@ impl FakeServer {
                         .pop_front()
                         .unwrap_or_else(|| raw_reply(500, "fake server: script exhausted"));
                     std::thread::sleep(r.delay);
-                    let mut resp = tiny_http::Response::from_string(r.body)
-                        .with_status_code(r.status)
-                        .with_header(
-                            "Content-Type: application/json"
-                                .parse::<tiny_http::Header>()
-                                .unwrap(),
-                        );
-                    for (k, v) in r.headers {
-                        resp = resp.with_header(
+                    let mut headers = vec![tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        r.content_type.as_bytes(),
+                    )
+                    .unwrap()];
+                    for (k, v) in &r.headers {
+                        headers.push(
                             tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).unwrap(),
                         );
                     }
+                    if let Some(chunks) = r.chunks {
+                        // tiny_http buffers a chunked body; write this one by hand,
+                        // flushing each piece, the end of the body at the close.
+                        let mut w = rq.into_writer();
+                        let mut head = format!(
+                            "HTTP/1.1 {} OK\r\nContent-Type: {}\r\nConnection: close\r\n",
+                            r.status, r.content_type
+                        );
+                        for (k, v) in &r.headers {
+                            head.push_str(&format!("{k}: {v}\r\n"));
+                        }
+                        head.push_str("\r\n");
+                        let _ = w.write_all(head.as_bytes()).and_then(|_| w.flush());
+                        for (pause, piece) in chunks {
+                            std::thread::sleep(pause);
+                            if w.write_all(piece.as_bytes())
+                                .and_then(|_| w.flush())
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    let n = r.body.len();
+                    let resp = tiny_http::Response::new(
+                        tiny_http::StatusCode(r.status),
+                        headers,
+                        std::io::Cursor::new(r.body.into_bytes()),
+                        Some(n),
+                        None,
+                    );
                     let _ = rq.respond(resp);
                 }
             })
@@ -177,6 +240,8 @@ fn choice(kind: DriverKind, base_url: &str, max_retries: u32) -> DriverChoice {
         temperature: Some(0.2),
         request_timeout_secs: 30,
         max_retries,
+        max_retry_after_secs: 60,
+        stream: true,
     }
 }
 
@@ -280,7 +345,13 @@ fn openai_text_answer_with_usage() {
     assert_eq!(seen[0].header("authorization"), Some("Bearer sk-test"));
     let b = &seen[0].body;
     assert_eq!(b["model"], "test-model");
-    assert_eq!(b["stream"], false);
+    // A streaming request (the default) answered with plain JSON is read as JSON.
+    assert_eq!(b["stream"], true);
+    assert_eq!(b["stream_options"], json!({"include_usage": true}));
+    assert!(seen[0]
+        .header("accept")
+        .unwrap()
+        .contains("text/event-stream"));
     assert_eq!(b["max_tokens"], 256);
     assert_eq!(b["temperature"], 0.2);
     assert!(b.get("tools").is_none(), "no tools key when no tools: {b}");
@@ -325,11 +396,13 @@ fn openai_tool_calls_and_request_shape() {
             call_id: "call_1".to_string(),
             name: "ls".to_string(),
             content: "a\nb".to_string(),
+            is_error: false,
         },
         Message::Tool {
             call_id: "call_2".to_string(),
             name: "ls".to_string(),
             content: "error: arguments are not JSON".to_string(),
+            is_error: true,
         },
     ];
     let (result, _) = call(&mut d, &conversation, &tools());
@@ -466,16 +539,144 @@ fn openai_429_with_retry_after_then_success() {
 }
 
 #[test]
-fn openai_retry_after_is_capped() {
+fn openai_retry_after_beyond_the_cap_fails_at_once_naming_the_wait() {
     let server = FakeServer::start(vec![
         raw_reply(503, "busy").header("Retry-After", "3600"),
         reply(200, text_answer()),
     ]);
     let capsule = Capsule::new();
-    let (result, attempts) = call(&mut openai(&server.base, 1, &capsule), &hello(), &[]);
-    assert!(result.is_ok());
-    // Backoff::fast() caps a provider's Retry-After at 20 ms.
-    assert_eq!(attempts[0].retry_in_ms, 20);
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    let Err(e @ DriverError::RetryAfterTooLong { .. }) = result else {
+        panic!("expected RetryAfterTooLong, got {result:?}");
+    };
+    assert!(
+        e.to_string().ends_with(r#": http status 503: a text body starting "busy" (4 bytes); the provider asks to wait 3600 s before retrying (Retry-After), longer than max_retry_after_secs (60 s), so the call is not retried"#),
+        "{e}"
+    );
+    assert_eq!(attempts.len(), 1);
+    assert!(!attempts[0].will_retry);
+    assert_eq!(attempts[0].retry_in_ms, 0);
+    assert_eq!(server.seen().len(), 1, "no early retry");
+}
+
+/// `Retry-After` as `now + 1 h` in the three HTTP-date forms of RFC 9110 §5.6.7.
+fn http_dates_in_an_hour() -> [String; 3] {
+    let at = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let imf = httpdate::fmt_http_date(at); // "Sun, 06 Nov 1994 08:49:37 GMT"
+    let p: Vec<&str> = imf.split([' ', ',']).filter(|s| !s.is_empty()).collect();
+    let (wd, day, mon, year, time) = (p[0], p[1], p[2], p[3], p[4]);
+    let weekday = [
+        ("Mon", "Monday"),
+        ("Tue", "Tuesday"),
+        ("Wed", "Wednesday"),
+        ("Thu", "Thursday"),
+        ("Fri", "Friday"),
+        ("Sat", "Saturday"),
+        ("Sun", "Sunday"),
+    ]
+    .iter()
+    .find(|(a, _)| *a == wd)
+    .unwrap()
+    .1;
+    let rfc850 = format!("{weekday}, {day}-{mon}-{} {time} GMT", &year[2..]);
+    let asctime = format!(
+        "{wd} {mon} {:>2} {time} {year}",
+        day.trim_start_matches('0')
+    );
+    [imf, rfc850, asctime]
+}
+
+#[test]
+fn retry_after_in_every_http_date_form_is_understood() {
+    for date in http_dates_in_an_hour() {
+        let server = FakeServer::start(vec![
+            raw_reply(429, "").header("Retry-After", &date),
+            reply(200, text_answer()),
+        ]);
+        let capsule = Capsule::new();
+        let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+        match result {
+            Err(DriverError::RetryAfterTooLong { asked, .. }) => {
+                let secs: u64 = asked.trim_end_matches(" s").parse().unwrap();
+                assert!((3000..=3600).contains(&secs), "{date}: {asked}");
+            }
+            other => panic!("{date}: expected RetryAfterTooLong, got {other:?}"),
+        }
+        assert_eq!(attempts.len(), 1, "{date}");
+    }
+}
+
+#[test]
+fn retry_after_that_does_not_parse_gets_the_normal_backoff() {
+    let server = FakeServer::start(vec![
+        raw_reply(429, "").header("Retry-After", "a little while"),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[0].will_retry);
+    assert!(
+        attempts[0].retry_in_ms <= 5,
+        "Backoff::fast() jitter, not the Retry-After: {}",
+        attempts[0].retry_in_ms
+    );
+    assert!(
+        attempts[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .ends_with(r#"(Retry-After "a little while" not understood)"#),
+        "{:?}",
+        attempts[0].detail
+    );
+}
+
+#[test]
+fn retry_after_within_the_cap_is_waited_for() {
+    let server = FakeServer::start(vec![
+        raw_reply(429, "").header("Retry-After", "1"),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 4, &capsule), &hello(), &[]);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(attempts[0].retry_in_ms, 1000);
+}
+
+#[test]
+fn an_html_error_page_is_summarised_not_quoted() {
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title>\n<style>body{{}}</style></head>\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center>{}</body>\n</html>\n",
+        "<!-- padding -->".repeat(40)
+    );
+    let server = FakeServer::start(vec![raw_reply(502, &page).content_type("text/html")]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 0, &capsule), &hello(), &[]);
+    let Err(DriverError::Exhausted { detail, .. }) = result else {
+        panic!("expected Exhausted, got {result:?}");
+    };
+    assert_eq!(
+        detail,
+        format!(
+            r#"http status 502: an HTML page titled "502 Bad Gateway" ({} bytes)"#,
+            page.len()
+        )
+    );
+    assert_eq!(attempts[0].detail.as_deref(), Some(detail.as_str()));
+
+    // The same page with status 200 is a protocol failure, summarised too.
+    let server = FakeServer::start(vec![raw_reply(200, &page).content_type("text/html")]);
+    let (result, _) = call(&mut openai(&server.base, 0, &capsule), &hello(), &[]);
+    let Err(DriverError::Fatal { detail, .. }) = result else {
+        panic!("expected Fatal, got {result:?}");
+    };
+    assert!(
+        detail.starts_with("response is not JSON (expected value at line 1 column 1): an HTML page titled \"502 Bad Gateway\""),
+        "{detail}"
+    );
+    assert!(!detail.contains('<'), "{detail}");
 }
 
 #[test]
@@ -602,7 +803,7 @@ fn openai_timeout_is_its_own_outcome() {
     // The error names which timeout fired and its value, not ureq's `timeout: global`.
     let e = result.unwrap_err().to_string();
     assert!(
-        e.contains("timed out: no answer within the request timeout of 1s (request_timeout_secs of the inference choice)"),
+        e.contains("timeout: the answer did not start within request_timeout_secs (1 s)"),
         "{e}"
     );
     assert!(!e.contains("timeout: global"), "{e}");
@@ -713,11 +914,13 @@ fn anthropic_tool_use_request_and_usage() {
             call_id: "toolu_a".to_string(),
             name: "ls".to_string(),
             content: "a".to_string(),
+            is_error: false,
         },
         Message::Tool {
             call_id: "toolu_b".to_string(),
             name: "ls".to_string(),
             content: "b".to_string(),
+            is_error: true,
         },
     ];
     let (result, attempts) = call(&mut d, &conversation, &tools());
@@ -761,7 +964,7 @@ fn anthropic_tool_use_request_and_usage() {
             ]},
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_a", "content": "a"},
-                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "b"},
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "b", "is_error": true},
             ]},
         ])
     );
@@ -813,4 +1016,504 @@ fn anthropic_no_usage_is_estimated() {
     let r = result.unwrap();
     assert_eq!(r.text.as_deref(), Some("Hi"));
     assert!(r.usage.estimated);
+}
+
+// ---------------------------------------------------------------- streaming
+
+/// One Chat Completions stream chunk with this delta (and finish reason).
+fn chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "test-model-2024",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+}
+
+fn openai_stream() -> Reply {
+    sse(&[
+        ("", chunk(json!({"role": "assistant", "content": ""}), None)),
+        ("", chunk(json!({"content": "Hel"}), None)),
+        ("", chunk(json!({"content": "lo!"}), None)),
+        (
+            "",
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                  "function": {"name": "ls", "arguments": ""}}]}),
+                None,
+            ),
+        ),
+        (
+            "",
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"args\":"}}]}),
+                None,
+            ),
+        ),
+        (
+            "",
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_1",
+                                  "function": {"name": "session-status", "arguments": "{}"}}]}),
+                None,
+            ),
+        ),
+        (
+            "",
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": " [\"-1\"]}"}}]}),
+                None,
+            ),
+        ),
+        ("", chunk(json!({}), Some("tool_calls"))),
+        (
+            "",
+            json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
+                   "usage": {"prompt_tokens": 21, "completion_tokens": 7}}),
+        ),
+        ("", json!("[DONE]")),
+    ])
+}
+
+#[test]
+fn openai_stream_is_assembled_with_the_streams_usage() {
+    // `[DONE]` is not JSON: sse() writes the string's JSON, so replace it by hand.
+    let mut r = openai_stream();
+    r.body = r.body.replace("data: \"[DONE]\"", "data: [DONE]");
+    let server = FakeServer::start(vec![r]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 0, &capsule), &hello(), &tools());
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Hello!"));
+    assert_eq!(
+        r.tool_calls,
+        vec![
+            ToolCall {
+                id: "call_0".into(),
+                name: "ls".into(),
+                arguments: Arguments::Json(json!({"args": ["-1"]})),
+            },
+            ToolCall {
+                id: "call_1".into(),
+                name: "session-status".into(),
+                arguments: Arguments::Json(json!({})),
+            },
+        ]
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(r.model.as_deref(), Some("test-model-2024"));
+    assert_eq!((r.usage.input, r.usage.output), (21, 7));
+    assert!(!r.usage.estimated, "usage comes from the stream");
+    assert_eq!(attempts.len(), 1);
+}
+
+#[test]
+fn openai_stream_error_event_is_retried_like_a_529() {
+    let overloaded = sse(&[
+        ("", chunk(json!({"content": "Hel"}), None)),
+        (
+            "",
+            json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}}),
+        ),
+    ]);
+    let failed = sse(&[(
+        "",
+        json!({"error": {"message": "upstream died", "type": "server_error"}}),
+    )]);
+    let mut ok = openai_stream();
+    ok.body = ok.body.replace("data: \"[DONE]\"", "data: [DONE]");
+    let server = FakeServer::start(vec![overloaded, failed, ok]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 3, &capsule), &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("Hello!"));
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["overloaded", "stream_error", "ok"]);
+    assert!(attempts[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("The server is overloaded"));
+}
+
+#[test]
+fn openai_stream_error_about_the_request_is_not_retried() {
+    let bad = sse(&[(
+        "",
+        json!({"error": {"message": "maximum context length exceeded", "code": "context_length_exceeded"}}),
+    )]);
+    let server = FakeServer::start(vec![bad]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 3, &capsule), &hello(), &[]);
+    assert!(
+        matches!(result, Err(DriverError::Fatal { .. })),
+        "{result:?}"
+    );
+    assert_eq!(attempts.len(), 1);
+}
+
+#[test]
+fn a_stream_that_breaks_off_is_retried() {
+    let cut = sse(&[("", chunk(json!({"content": "Hel"}), None))]);
+    let server = FakeServer::start(vec![cut, reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 1, &capsule), &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("Hello!"));
+    assert_eq!(attempts[0].outcome, "io");
+    assert!(
+        attempts[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("the stream ended before the answer was complete"),
+        "{attempts:?}"
+    );
+}
+
+#[test]
+fn openai_stream_false_asks_for_one_json_body() {
+    let server = FakeServer::start(vec![reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let mut c = choice(DriverKind::Openai, &server.base, 0);
+    c.stream = false;
+    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
+    assert_eq!(
+        call(&mut d, &hello(), &[]).0.unwrap().text.as_deref(),
+        Some("Hello!")
+    );
+    let b = &server.seen()[0].body;
+    assert_eq!(b["stream"], false);
+    assert!(b.get("stream_options").is_none());
+}
+
+/// A driver whose `request_timeout_secs` is 3.
+fn three_second_driver(base: &str, capsule: &Capsule) -> OpenAiDriver {
+    let mut c = choice(DriverKind::Openai, base, 0);
+    c.request_timeout_secs = 3;
+    OpenAiDriver::new(&c, capsule.path()).unwrap()
+}
+
+#[test]
+fn a_long_stream_is_not_cut_by_the_request_timeout() {
+    // request_timeout_secs bounds each silence, not the whole stream: ten pieces
+    // 0.4 s apart take 4 s, more than the 3 s timeout, and still arrive whole.
+    let mut pieces: Vec<(Duration, String)> = (0..10)
+        .map(|i| {
+            (
+                Duration::from_millis(400),
+                format!(
+                    "data: {}\n\n",
+                    chunk(json!({"content": format!("{i}")}), None)
+                ),
+            )
+        })
+        .collect();
+    pieces.push((
+        Duration::ZERO,
+        format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            chunk(json!({}), Some("stop"))
+        ),
+    ));
+    let slow = raw_reply(200, "")
+        .content_type("text/event-stream")
+        .paced(pieces);
+    let server = FakeServer::start(vec![slow]);
+    let capsule = Capsule::new();
+    let mut d = three_second_driver(&server.base, &capsule);
+    let (result, _) = call(&mut d, &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("0123456789"));
+}
+
+#[test]
+fn a_silent_stream_times_out_naming_the_setting() {
+    let silent = raw_reply(200, "")
+        .content_type("text/event-stream")
+        .paced(vec![
+            (
+                Duration::ZERO,
+                format!("data: {}\n\n", chunk(json!({"content": "a"}), None)),
+            ),
+            (Duration::from_secs(9), "data: [DONE]\n\n".to_string()),
+        ]);
+    let server = FakeServer::start(vec![silent]);
+    let capsule = Capsule::new();
+    let mut d = three_second_driver(&server.base, &capsule);
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    assert!(
+        matches!(result, Err(DriverError::Exhausted { attempts: 1, .. })),
+        "{result:?}"
+    );
+    assert_eq!(attempts[0].outcome, "timeout");
+    assert_eq!(
+        attempts[0].detail.as_deref(),
+        Some("timeout: the answer sent nothing for request_timeout_secs (3 s)")
+    );
+}
+
+fn anthropic_stream() -> Reply {
+    sse(&[
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                   "role": "assistant", "model": "claude-test", "content": [],
+                   "stop_reason": null,
+                   "usage": {"input_tokens": 100, "output_tokens": 1,
+                             "cache_read_input_tokens": 30, "cache_creation_input_tokens": 5}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "text", "text": ""}}),
+        ),
+        ("ping", json!({"type": "ping"})),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": "Look"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": "ing."}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "input_json_delta", "partial_json": "{\"args\": [\"-"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "input_json_delta", "partial_json": "1\"]}"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                   "usage": {"output_tokens": 20}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ])
+}
+
+#[test]
+fn anthropic_stream_is_assembled_with_the_streams_usage() {
+    let server = FakeServer::start(vec![anthropic_stream()]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut anthropic(&server.base, 0, &capsule), &hello(), &[]);
+    let r = result.unwrap();
+    assert_eq!(r.text.as_deref(), Some("Looking."));
+    assert_eq!(
+        r.tool_calls,
+        vec![ToolCall {
+            id: "toolu_1".into(),
+            name: "ls".into(),
+            arguments: Arguments::Json(json!({"args": ["-1"]})),
+        }]
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("tool_use"));
+    assert_eq!(r.model.as_deref(), Some("claude-test"));
+    assert_eq!(r.usage.input, 135, "input + cache read + cache write");
+    assert_eq!(r.usage.output, 20, "the last cumulative count");
+    assert!(!r.usage.estimated);
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(server.seen()[0].body["stream"], true);
+}
+
+#[test]
+fn anthropic_overloaded_event_in_the_stream_is_retried() {
+    let overloaded = sse(&[
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 3}}}),
+        ),
+        (
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+    ]);
+    let server = FakeServer::start(vec![overloaded, anthropic_stream()]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut anthropic(&server.base, 2, &capsule), &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("Looking."));
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["overloaded", "ok"]);
+    assert_eq!(attempts[0].http_status, Some(200));
+}
+
+#[test]
+fn anthropic_stream_without_message_stop_is_retried() {
+    let mut cut = anthropic_stream();
+    let end = cut.body.find("event: message_delta").unwrap();
+    cut.body.truncate(end);
+    let server = FakeServer::start(vec![cut, anthropic_stream()]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut anthropic(&server.base, 1, &capsule), &hello(), &[]);
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(attempts[0].outcome, "io");
+}
+
+// ---------------------------------------------------------------- mur run
+
+/// A capsule whose model is the fake server at `base`, with these extra choice keys
+/// and a shell allowlist of `ls`.
+fn network_capsule(driver: &str, base: &str, extra: &str) -> support::Capsule {
+    support::Capsule::new().manifest(&format!(
+        "name: t\nworkdir: work\ninference:\n  driver: m\n  choices:\n    m:\n      driver: {driver}\n      model: test-model\n      base_url: \"{base}\"\n{extra}capabilities:\n  shell: {{allow: [ls]}}\n"
+    ))
+}
+
+#[test]
+fn mur_run_never_pastes_an_error_page_and_warns_of_each_retry() {
+    let page = "<html><head><title>503 Service Temporarily Unavailable</title></head><body><h1>503</h1><script>alert(1)</script></body></html>";
+    let server = FakeServer::start(vec![
+        raw_reply(503, page)
+            .content_type("text/html")
+            .header("Retry-After", "soon"),
+        raw_reply(503, page).content_type("text/html"),
+    ]);
+    let c = network_capsule("openai", &server.base, "      max_retries: 1\n");
+    let run = c.run("hi", &[]);
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    let result = run.result_txt();
+    let stderr = run.stderr();
+    for text in [&result, &stderr] {
+        assert!(!text.contains("<h1>") && !text.contains("alert"), "{text}");
+    }
+    assert!(
+        result.contains(&format!(
+            r#"http status 503: an HTML page titled "503 Service Temporarily Unavailable" ({} bytes)"#,
+            page.len()
+        )),
+        "{result}"
+    );
+    assert!(
+        stderr.contains(r#"Retry-After "soon" is neither delay seconds nor an HTTP date; using the normal backoff"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "turn 1: model attempt 1 of 2 failed (HTTP 503: http status 503: an HTML page titled"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("attempt 2 in "), "{stderr}");
+}
+
+#[test]
+fn mur_run_retry_after_beyond_the_cap_ends_the_task_naming_the_wait() {
+    let server = FakeServer::start(vec![
+        reply(429, json!({"error": {"message": "Rate limit reached"}}))
+            .header("Retry-After", "7200"),
+        reply(200, text_answer()),
+    ]);
+    let c = network_capsule("openai", &server.base, "      max_retry_after_secs: 120\n");
+    let run = c.run("hi", &[]);
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    assert!(
+        run.result_txt().contains(r#"http status 429: "Rate limit reached"; the provider asks to wait 7200 s before retrying (Retry-After), longer than max_retry_after_secs (120 s), so the call is not retried"#),
+        "{}",
+        run.result_txt()
+    );
+    assert_eq!(server.seen().len(), 1);
+}
+
+/// Providers that count call ids from `call_0` in every turn; and one turn that
+/// repeats an id. Every call runs, and the history sent back never holds an id twice.
+#[test]
+fn mur_run_call_ids_are_unique_across_the_conversation() {
+    let ls = |ids: &[&str]| {
+        let calls: Vec<Value> = ids
+            .iter()
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "ls", "arguments": "{\"args\": []}"}}))
+            .collect();
+        reply(
+            200,
+            openai_answer(
+                json!({"role": "assistant", "content": null, "tool_calls": calls}),
+                Some(json!({"prompt_tokens": 5, "completion_tokens": 5})),
+            ),
+        )
+    };
+    let server = FakeServer::start(vec![
+        ls(&["call_0"]),
+        ls(&["call_0", "call_0"]),
+        reply(200, text_answer()),
+    ]);
+    let c = network_capsule("openai", &server.base, "").file("work/a.txt", "");
+    let run = c.run("list", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let calls = run.records("tool_call");
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|r| r["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_0", "call_0-2", "call_0-3"]);
+    assert!(calls.iter().all(|r| r["status"] == "passed"), "{calls:?}");
+    assert_eq!(calls[1]["model_call_id"], "call_0");
+    let last = &server.seen()[2].body["messages"];
+    let sent: Vec<&str> = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| {
+            let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
+            calls
+                .into_iter()
+                .map(|c| c["id"].as_str().unwrap().to_string())
+                .chain(m["tool_call_id"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .map(|s| Box::leak(s.into_boxed_str()) as &str)
+        .collect();
+    assert_eq!(
+        sent,
+        ["call_0", "call_0", "call_0-2", "call_0-3", "call_0-2", "call_0-3"],
+        "each call, then its result"
+    );
+}
+
+/// Anthropic gets a refused call back as `is_error: true`; the invalid-JSON error
+/// names the parse problem, its position and the tool's schema.
+#[test]
+fn mur_run_anthropic_tool_error_is_flagged_and_bad_json_is_explained() {
+    let turn = json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": "{\"args\": [\"-1\""},
+            {"type": "tool_use", "id": "toolu_2", "name": "ls", "input": {"args": []}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    });
+    let done = json!({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn",
+                      "usage": {"input_tokens": 10, "output_tokens": 1}});
+    let server = FakeServer::start(vec![reply(200, turn), reply(200, done)]);
+    let c = network_capsule("anthropic", &server.base, "");
+    let run = c.run("list", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let texts = run.tool_texts();
+    assert!(
+        texts[0].contains("the arguments of this call to `ls` are not JSON (EOF while parsing a list at line 1 column 14): `{\"args\": [\"-1\"`; send one JSON object matching the tool's input schema: {"),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[0].contains("\"args\""),
+        "the schema is given: {}",
+        texts[0]
+    );
+    let sent = &server.seen()[1].body["messages"][2]["content"];
+    assert_eq!(sent[0]["tool_use_id"], "toolu_1");
+    assert_eq!(sent[0]["is_error"], true);
+    assert_eq!(sent[1]["tool_use_id"], "toolu_2");
+    assert!(sent[1].get("is_error").is_none(), "{sent}");
 }

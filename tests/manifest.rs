@@ -41,6 +41,8 @@ inference:
       temperature: 0.2
       request_timeout_secs: 120
       max_retries: 0
+      max_retry_after_secs: 5
+      stream: false
     claude:
       driver: anthropic
       model: claude-x
@@ -104,6 +106,8 @@ fn full_manifest_parses_to_the_expected_struct() {
                         temperature: Some(0.2),
                         request_timeout_secs: 120,
                         max_retries: 0,
+                        max_retry_after_secs: 5,
+                        stream: false,
                     },
                 ),
                 (
@@ -120,6 +124,8 @@ fn full_manifest_parses_to_the_expected_struct() {
                         temperature: None,
                         request_timeout_secs: 300,
                         max_retries: 4,
+                        max_retry_after_secs: 60,
+                        stream: true,
                     },
                 ),
                 (
@@ -136,6 +142,8 @@ fn full_manifest_parses_to_the_expected_struct() {
                         temperature: None,
                         request_timeout_secs: 300,
                         max_retries: 4,
+                        max_retry_after_secs: 60,
+                        stream: true,
                     },
                 ),
             ],
@@ -401,6 +409,26 @@ exports: {peer_files: ../up}
             "murmur.yaml:5:1: control.agent_settings: `inference.driver` needs an `inference` section to switch between",
             "murmur.yaml:5:28: control.agent_settings[0]: unknown setting `inference.drivr` (did you mean `inference.driver`?)",
             "murmur.yaml:6:23: exports.peer_files: `../up` must not leave its directory (`..`)",
+        ]
+    );
+}
+
+#[test]
+fn stream_is_only_for_network_drivers() {
+    let text = "\
+name: a
+inference:
+  driver: m
+  choices:
+    m: {driver: script, script: r.yaml, stream: false}
+    n: {driver: openai, model: x, stream: \"no\", max_retry_after_secs: 10s}
+";
+    assert_eq!(
+        errors(text),
+        [
+            "murmur.yaml:5:41: inference.choices.m: `stream` is only for `driver: openai` and `driver: anthropic`",
+            "murmur.yaml:6:43: inference.choices.n.stream: expected `true` or `false`, found string `no`",
+            "murmur.yaml:6:71: inference.choices.n.max_retry_after_secs: expected an integer number of seconds, found string `10s`; write `max_retry_after_secs: 10`",
         ]
     );
 }

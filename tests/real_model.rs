@@ -148,6 +148,8 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
         temperature: Some(0.0),
         request_timeout_secs: 120,
         max_retries: 2,
+        max_retry_after_secs: 60,
+        stream: true,
     };
     let mut driver = OpenAiDriver::new(&choice, Path::new(".")).unwrap();
     let messages = [Message::User("What is the capital of France?".to_string())];
@@ -168,6 +170,30 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
 
     let text = response.text.as_deref().unwrap_or("");
     assert!(!text.trim().is_empty(), "empty answer: {response:?}");
+    // The default is streaming: the server's own token counts came from the stream
+    // (stream_options.include_usage), checked below. The non-streaming fallback gets
+    // the same answer shape from one JSON body.
+    let plain = DriverChoice {
+        stream: false,
+        ..choice.clone()
+    };
+    let mut attempts_plain = Vec::new();
+    let plain_response = OpenAiDriver::new(&plain, Path::new("."))
+        .unwrap()
+        .complete(&req, &mut |a| attempts_plain.push(a))
+        .unwrap_or_else(|e| panic!("{e}; server log:\n{}", server.log_tail()));
+    assert!(
+        plain_response
+            .text
+            .as_deref()
+            .is_some_and(|t| !t.trim().is_empty()),
+        "{plain_response:?}"
+    );
+    assert!(!plain_response.usage.estimated, "{plain_response:?}");
+    assert_eq!(
+        plain_response.usage.input, response.usage.input,
+        "the same prompt counts the same, streamed or not"
+    );
     assert!(
         !response.usage.estimated,
         "usage was estimated: {response:?}"
@@ -210,11 +236,13 @@ fn openai_driver_gets_an_answer_from_llama_cpp() {
             call_id: "call_1".to_string(),
             name: "ls".to_string(),
             content: "notes.txt\nreport.md".to_string(),
+            is_error: false,
         },
         Message::Tool {
             call_id: "call_2".to_string(),
             name: "ls".to_string(),
             content: "error: the arguments are not JSON".to_string(),
+            is_error: true,
         },
     ];
     let req = Request {

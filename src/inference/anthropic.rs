@@ -3,13 +3,21 @@
 //! `POST {base_url}/v1/messages`, headers `x-api-key` and `anthropic-version:
 //! 2023-06-01`. The system prompt is a top-level field; tool calls are `tool_use`
 //! blocks and their results `tool_result` blocks in a user message (consecutive results
-//! and a following user text share one user message, since roles must alternate).
+//! and a following user text share one user message, since roles must alternate); a
+//! result the runtime counts as failed carries `is_error: true`.
+//!
+//! By default the answer is streamed (`stream: true`): the text and `tool_use` blocks
+//! are assembled from `content_block_*` events, the token counts from `message_start`
+//! and `message_delta`; an `error` event (`overloaded_error`, `api_error`) is retried
+//! like a 529, and a stream that ends before `message_stop` is retried as broken off.
+//! The choice's `stream: false` asks for one JSON body; a JSON body is read as such
+//! whichever was asked.
 
 use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::http::Endpoint;
+use super::http::{Answer, Endpoint, Events};
 use super::retry::{self, Backoff, Failure, Outcome};
 use super::{
     call_id_or_made_up, estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message,
@@ -92,6 +100,9 @@ impl AnthropicDriver {
         if let Some(t) = self.http.temperature {
             body.insert("temperature".into(), json!(t));
         }
+        if self.http.stream {
+            body.insert("stream".into(), json!(true));
+        }
         Value::Object(body)
     }
 }
@@ -109,9 +120,11 @@ impl Driver for AnthropicDriver {
         }
         let body = self.request_body(req);
         let made_up = &mut self.made_up_ids;
-        self.http.call(&headers, &body, attempts, |v, text| {
-            parse_response(v, text, req, made_up)
-        })
+        self.http
+            .call(&headers, &body, attempts, |answer| match answer {
+                Answer::Json { value, raw } => parse_response(value, raw, req, made_up),
+                Answer::Stream(events) => read_stream(events, req, made_up),
+            })
     }
 
     fn kind(&self) -> &'static str {
@@ -146,11 +159,18 @@ fn messages(conversation: &[Message]) -> Vec<Value> {
                 ("assistant", blocks)
             }
             Message::Tool {
-                call_id, content, ..
-            } => (
-                "user",
-                vec![json!({"type": "tool_result", "tool_use_id": call_id, "content": content})],
-            ),
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content});
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                ("user", vec![block])
+            }
         };
         match turns.last_mut() {
             Some((last, b)) if *last == role => b.extend(blocks),
@@ -220,6 +240,166 @@ fn parse_response(
             .map(str::to_string),
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
     })
+}
+
+/// Reads a Messages stream to `message_stop` and assembles the answer.
+fn read_stream(
+    events: &mut Events,
+    req: &Request<'_>,
+    made_up: &mut u64,
+) -> Result<Response, Failure> {
+    let mut st = StreamState::default();
+    while let Some(ev) = events.next()? {
+        if st.event(&ev.event, &ev.data)? {
+            break;
+        }
+    }
+    st.finish(req, made_up)
+}
+
+/// One content block being assembled.
+#[derive(Debug)]
+enum Block {
+    Text(String),
+    /// A `tool_use` block: the start event's block and the `partial_json` so far.
+    Tool(Value, String),
+    Other,
+}
+
+/// What a Messages stream said so far.
+#[derive(Debug, Default)]
+struct StreamState {
+    blocks: Vec<(u64, Block)>,
+    usage: Map<String, Value>,
+    stop_reason: Option<String>,
+    model: Option<String>,
+    done: bool,
+}
+
+impl StreamState {
+    /// Takes one event; `true` at `message_stop`.
+    fn event(&mut self, event: &str, data: &str) -> Result<bool, Failure> {
+        let v: Value = serde_json::from_str(data.trim()).map_err(|e| {
+            Failure::transient(
+                Outcome::InvalidResponse,
+                Some(200),
+                format!(
+                    "a stream event is not JSON ({e}): {}",
+                    retry::summarise_body(data)
+                ),
+            )
+        })?;
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match kind {
+            "error" => return Err(retry::stream_error(&v)),
+            "message_start" => {
+                let m = v.get("message").unwrap_or(&Value::Null);
+                if let Some(model) = m.get("model").and_then(Value::as_str) {
+                    self.model = Some(model.to_string());
+                }
+                self.merge_usage(m.get("usage"));
+            }
+            "content_block_start" => {
+                let b = v.get("content_block").unwrap_or(&Value::Null);
+                let block = match b.get("type").and_then(Value::as_str) {
+                    Some("text") => Block::Text(
+                        b.get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    ),
+                    Some("tool_use") => Block::Tool(b.clone(), String::new()),
+                    _ => Block::Other,
+                };
+                self.blocks.push((index, block));
+            }
+            "content_block_delta" => {
+                let d = v.get("delta").unwrap_or(&Value::Null);
+                let piece = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+                match (self.block(index), d.get("type").and_then(Value::as_str)) {
+                    (Some(Block::Text(t)), Some("text_delta")) => t.push_str(piece("text")),
+                    (Some(Block::Tool(_, json)), Some("input_json_delta")) => {
+                        json.push_str(piece("partial_json"))
+                    }
+                    _ => {} // thinking, signatures, citations: not for the runtime
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    self.stop_reason = Some(r.to_string());
+                }
+                self.merge_usage(v.get("usage"));
+            }
+            "message_stop" => {
+                self.done = true;
+                return Ok(true);
+            }
+            _ => {} // ping, content_block_stop, events added later
+        }
+        Ok(false)
+    }
+
+    fn block(&mut self, index: u64) -> Option<&mut Block> {
+        self.blocks
+            .iter_mut()
+            .rev()
+            .find(|(i, _)| *i == index)
+            .map(|(_, b)| b)
+    }
+
+    /// Counts in `message_delta` are cumulative: a later value replaces an earlier one.
+    fn merge_usage(&mut self, usage: Option<&Value>) {
+        if let Some(Value::Object(u)) = usage {
+            for (k, v) in u {
+                if !v.is_null() {
+                    self.usage.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+
+    /// The answer, or a transient failure when the stream broke off before its end.
+    fn finish(self, req: &Request<'_>, made_up: &mut u64) -> Result<Response, Failure> {
+        if !self.done {
+            return Err(Failure::transient(
+                Outcome::Io,
+                Some(200),
+                "the stream ended before the answer was complete (no message_stop)".to_string(),
+            ));
+        }
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for (_, b) in self.blocks {
+            match b {
+                Block::Text(t) => text.push_str(&t),
+                Block::Tool(mut start, json) => {
+                    if !json.trim().is_empty() {
+                        start["input"] = match serde_json::from_str::<Value>(&json) {
+                            Ok(v) => v,
+                            Err(_) => Value::String(json),
+                        };
+                    }
+                    tool_calls.push(tool_use(&start, made_up));
+                }
+                Block::Other => {}
+            }
+        }
+        let text = (!text.is_empty()).then_some(text);
+        let usage = reported_usage(Some(&Value::Object(self.usage)))
+            .unwrap_or_else(|| estimate_usage(req, text.as_deref(), &tool_calls));
+        Ok(Response {
+            text,
+            tool_calls,
+            usage,
+            finish_reason: self.stop_reason,
+            model: self.model,
+        })
+    }
 }
 
 /// One `tool_use` block; never fails (see the openai driver for the same leniency).

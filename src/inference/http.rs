@@ -1,12 +1,19 @@
 //! HTTP plumbing shared by the network drivers: the configured agent, the credential
 //! read at call time, and one POST whose failures are classified for [`super::retry`].
+//!
+//! A streaming choice asks for server-sent events; the answer is read by its
+//! `Content-Type`, not by what was asked: `text/event-stream` is handed to the driver
+//! event by event ([`Answer::Stream`]), anything else is read whole as JSON
+//! ([`Answer::Json`]), since many OpenAI-compatible servers ignore `stream`.
 
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::retry::{self, truncate_utf8, Backoff, Failure, RetryPolicy, MAX_QUOTE_BYTES};
+use super::retry::{self, summarise_body, Backoff, Failure, Outcome, RetryPolicy};
+use super::sse::{Event, SseReader};
 use super::{AttemptSink, DriverError, Response};
 use crate::manifest::types::{Credential, DriverChoice};
 
@@ -16,17 +23,22 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest response body read, in bytes.
 pub(crate) const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 
-/// One agent per driver: whole-request timeout `request_timeout_secs` (0: none),
-/// connect timeout [`CONNECT_TIMEOUT`], error statuses returned as responses.
-pub(crate) fn agent(request_timeout_secs: u64) -> ureq::Agent {
-    let global = (request_timeout_secs > 0).then(|| Duration::from_secs(request_timeout_secs));
-    ureq::Agent::config_builder()
-        .timeout_global(global)
+/// One agent per driver, connect timeout [`CONNECT_TIMEOUT`], error statuses returned
+/// as responses. `request_timeout_secs` (0: none) bounds the whole request when
+/// `stream` is `false`; when streaming, it bounds the wait for the answer to start and
+/// each silence within it, so a long generation that keeps sending is never cut.
+pub(crate) fn agent(request_timeout_secs: u64, stream: bool) -> ureq::Agent {
+    let t = (request_timeout_secs > 0).then(|| Duration::from_secs(request_timeout_secs));
+    let b = ureq::Agent::config_builder()
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .http_status_as_error(false)
-        .user_agent(concat!("mur/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .into()
+        .user_agent(concat!("mur/", env!("CARGO_PKG_VERSION")));
+    let b = if stream {
+        b.timeout_recv_response(t).timeout_per_read(t)
+    } else {
+        b.timeout_global(t)
+    };
+    b.build().into()
 }
 
 /// What a network driver keeps of its choice: the agent, the endpoint, the model, the
@@ -40,13 +52,17 @@ pub(crate) struct Endpoint {
     pub(crate) max_output_tokens: Option<u64>,
     pub(crate) temperature: Option<f64>,
     pub(crate) policy: RetryPolicy,
+    /// Ask for server-sent events (the choice's `stream`, default `true`).
+    pub(crate) stream: bool,
+    pub(crate) request_timeout_secs: u64,
 }
 
 impl Endpoint {
     /// The endpoint of `choice`: `{base_url}{path}` (base URL `default_base` when the
     /// choice sets none, trailing `/` dropped), an [`agent`] with the choice's request
-    /// timeout, its credential resolved against `capsule_dir` (read at each call, not
-    /// here), and `max_retries` retries with the default [`Backoff`].
+    /// timeout and `stream` setting, its credential resolved against `capsule_dir`
+    /// (read at each call, not here), and `max_retries` retries with the default
+    /// [`Backoff`] and the choice's `max_retry_after_secs`.
     ///
     /// # Errors
     ///
@@ -70,7 +86,7 @@ impl Endpoint {
                 detail: "the driver choice names no `model`".to_string(),
             })?;
         Ok(Endpoint {
-            agent: agent(choice.request_timeout_secs),
+            agent: agent(choice.request_timeout_secs, choice.stream),
             url,
             model,
             secret: Secret::new(choice.credential.as_ref(), capsule_dir),
@@ -79,13 +95,16 @@ impl Endpoint {
             policy: RetryPolicy {
                 max_retries: choice.max_retries,
                 backoff: Backoff::default(),
+                max_retry_after: Duration::from_secs(choice.max_retry_after_secs),
             },
+            stream: choice.stream,
+            request_timeout_secs: choice.request_timeout_secs,
         })
     }
 
-    /// One call under the retry policy: each attempt POSTs `body` with `headers`,
-    /// parses the 2xx body as JSON and reads it with `parse` (given the JSON and the
-    /// raw text).
+    /// One call under the retry policy: each attempt POSTs `body` with `headers` and
+    /// hands the 2xx answer to `read`, as [`Answer::Json`] or [`Answer::Stream`] by its
+    /// content type.
     ///
     /// # Errors
     ///
@@ -95,14 +114,110 @@ impl Endpoint {
         headers: &[(&str, &str)],
         body: &Value,
         attempts: AttemptSink<'_>,
-        mut parse: impl FnMut(&Value, &str) -> Result<Response, Failure>,
+        mut read: impl FnMut(Answer<'_>) -> Result<Response, Failure>,
     ) -> Result<Response, DriverError> {
         retry::run(&self.policy, &self.url, attempts, |_| {
-            let (status, text) = post_json(&self.agent, &self.url, headers, body)?;
-            let v = parse_body(&text)?;
-            parse(&v, &text).map(|r| (status, r))
+            let (status, reply) = post_json(self, headers, body)?;
+            let r = match reply {
+                Reply::Text(text) => {
+                    let v = parse_body(&text)?;
+                    read(Answer::Json {
+                        value: &v,
+                        raw: &text,
+                    })
+                }
+                Reply::Events(mut events) => read(Answer::Stream(&mut events)),
+            };
+            r.map(|r| (status, r))
         })
     }
+}
+
+/// A 2xx answer as the driver reads it.
+pub(crate) enum Answer<'a> {
+    /// A whole JSON body (`raw` is its text).
+    Json {
+        /// The parsed body.
+        value: &'a Value,
+        /// The body as sent.
+        raw: &'a str,
+    },
+    /// A `text/event-stream` body, read event by event.
+    Stream(&'a mut Events),
+}
+
+/// The events of a streamed answer.
+pub(crate) struct Events {
+    reader: SseReader<BufReader<ureq::BodyReader<'static>>>,
+    timeout_secs: u64,
+}
+
+impl Events {
+    /// The next event, `None` when the stream ended.
+    ///
+    /// # Errors
+    ///
+    /// A transient [`Failure`] (`timeout` or `io`) when reading fails.
+    pub(crate) fn next(&mut self) -> Result<Option<Event>, Failure> {
+        self.reader.next_event().map_err(|e| {
+            let f = match e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>()) {
+                Some(u) => classify(u, self.timeout_secs),
+                None if e.kind() == std::io::ErrorKind::TimedOut => Failure::transient(
+                    Outcome::Timeout,
+                    None,
+                    timeout_detail(&ureq::Timeout::PerRead, self.timeout_secs),
+                ),
+                None => Failure::transient(Outcome::Io, None, e.to_string()),
+            };
+            if f.outcome == Outcome::Timeout {
+                return f;
+            }
+            Failure {
+                detail: format!("the stream broke off: {}", f.detail),
+                ..f
+            }
+        })
+    }
+}
+
+/// A transport error classified, a timeout named by which one fired and its value.
+fn classify(err: &ureq::Error, timeout_secs: u64) -> Failure {
+    let detail = match err {
+        ureq::Error::Timeout(t) => timeout_detail(t, timeout_secs),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            timeout_detail(&ureq::Timeout::PerRead, timeout_secs)
+        }
+        ureq::Error::BodyStalled => "the response body stopped arriving".to_string(),
+        other => other.to_string(),
+    };
+    Failure::from_ureq(err, detail)
+}
+
+/// What a ureq timeout means here, with the setting and value that made it.
+fn timeout_detail(t: &ureq::Timeout, secs: u64) -> String {
+    use ureq::Timeout as T;
+    match t {
+        T::Connect | T::Resolve => format!(
+            "timeout: no connection within the connect timeout ({} s)",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+        T::Global | T::PerCall => {
+            format!("timeout: no whole answer within request_timeout_secs ({secs} s)")
+        }
+        T::RecvResponse => {
+            format!("timeout: the answer did not start within request_timeout_secs ({secs} s)")
+        }
+        T::PerRead | T::RecvBody => {
+            format!("timeout: the answer sent nothing for request_timeout_secs ({secs} s)")
+        }
+        other => format!("timeout: {other} (request_timeout_secs {secs} s)"),
+    }
+}
+
+/// What [`post_json`] read: a whole body or a stream of events.
+enum Reply {
+    Text(String),
+    Events(Events),
 }
 
 /// A credential with a file path already resolved against the capsule directory.
@@ -173,32 +288,34 @@ pub(crate) fn base_url(base: Option<&str>, default: &str) -> String {
     base.trim_end_matches('/').to_string()
 }
 
-/// A transport error as text: a timeout names which one fired and its value
-/// ([`crate::net::describe`]).
-fn describe(e: &ureq::Error, agent: &ureq::Agent) -> String {
-    crate::net::describe(e, agent, "request_timeout_secs of the inference choice")
-}
-
-/// POSTs `body` as JSON and returns the status (2xx only) and the body text.
+/// POSTs `body` as JSON to the endpoint and returns the status (2xx only) and the
+/// answer: an event stream when its content type is `text/event-stream`, else the
+/// body text (at most [`MAX_BODY_BYTES`]).
 ///
 /// Transport errors and non-2xx statuses become a classified [`Failure`].
-pub(crate) fn post_json(
-    agent: &ureq::Agent,
-    url: &str,
+fn post_json(
+    ep: &Endpoint,
     headers: &[(&str, &str)],
     body: &Value,
-) -> Result<(u16, String), Failure> {
-    let mut req = agent
-        .post(url)
+) -> Result<(u16, Reply), Failure> {
+    let accept = if ep.stream {
+        "text/event-stream, application/json"
+    } else {
+        "application/json"
+    };
+    let mut req = ep
+        .agent
+        .post(&ep.url)
         .header("content-type", "application/json")
-        .header("accept", "application/json");
+        .header("accept", accept);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let payload = body.to_string();
-    let mut resp = req
+    let secs = ep.request_timeout_secs;
+    let resp = req
         .send(payload.as_bytes())
-        .map_err(|e| Failure::from_ureq(&e, describe(&e, agent)))?;
+        .map_err(|e| classify(&e, secs))?;
     let status = resp.status().as_u16();
     let header = |name: &str| {
         resp.headers()
@@ -208,12 +325,26 @@ pub(crate) fn post_json(
     };
     let retry_after = header("retry-after");
     let retry_after_ms = header("retry-after-ms");
-    let bytes = resp
-        .body_mut()
+    let is_stream = resp
+        .body()
+        .mime_type()
+        .is_some_and(|m| m.eq_ignore_ascii_case("text/event-stream"));
+    let mut resp_body = resp.into_body();
+    if (200..300).contains(&status) && is_stream {
+        let reader = resp_body.into_with_config().limit(MAX_BODY_BYTES).reader();
+        return Ok((
+            status,
+            Reply::Events(Events {
+                reader: SseReader::new(BufReader::new(reader), MAX_BODY_BYTES),
+                timeout_secs: secs,
+            }),
+        ));
+    }
+    let bytes = resp_body
         .with_config()
         .limit(MAX_BODY_BYTES)
         .read_to_vec()
-        .map_err(|e| Failure::from_ureq(&e, describe(&e, agent)))?;
+        .map_err(|e| classify(&e, secs))?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if !(200..300).contains(&status) {
         return Err(Failure::from_status(
@@ -223,15 +354,16 @@ pub(crate) fn post_json(
             &text,
         ));
     }
-    Ok((status, text))
+    Ok((status, Reply::Text(text)))
 }
 
-/// Parses a 2xx body as JSON, or fails with the body quoted.
+/// Parses a 2xx body as JSON, or fails with the parse error and a summary of the body
+/// (never the body itself: it may be a whole HTML page).
 pub(crate) fn parse_body(text: &str) -> Result<Value, Failure> {
     serde_json::from_str(text).map_err(|e| {
         Failure::invalid(format!(
-            "response is not JSON ({e}): {:?}",
-            truncate_utf8(text.trim(), MAX_QUOTE_BYTES)
+            "response is not JSON ({e}): {}",
+            summarise_body(text)
         ))
     })
 }

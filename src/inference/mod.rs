@@ -10,6 +10,7 @@ mod http;
 pub mod openai;
 pub mod retry;
 pub mod script;
+mod sse;
 
 use serde_json::Value;
 
@@ -33,6 +34,9 @@ pub enum Message {
         name: String,
         /// The full text the model is given.
         content: String,
+        /// `true` when the runtime counts the call as failed (a tool error, a refused
+        /// call, a tool that reported failure): sent as Anthropic's `is_error`.
+        is_error: bool,
     },
 }
 
@@ -127,13 +131,15 @@ pub struct Response {
 pub struct Attempt {
     /// 1 for the first try.
     pub number: u32,
-    /// `ok`, or the failure kind: `connect`, `timeout`, `http_status`, `overloaded`, `io`,
-    /// `invalid_response` (see [`retry::Outcome`]).
+    /// `ok`, or the failure kind: `connect`, `timeout`, `http_status`, `overloaded`,
+    /// `stream_error`, `io`, `invalid_response` (see [`retry::Outcome`]).
     pub outcome: String,
     /// The HTTP status, when there was one.
     pub http_status: Option<u16>,
     /// How long the runtime waits before the next attempt, in milliseconds (0 for none).
     pub retry_in_ms: u64,
+    /// `true` when another attempt follows this one (after `retry_in_ms`).
+    pub will_retry: bool,
     /// A one-line description of the failure.
     pub detail: Option<String>,
 }
@@ -153,6 +159,20 @@ pub enum DriverError {
         detail: String,
         /// How many attempts were made.
         attempts: u32,
+    },
+    /// The provider asked to wait (`Retry-After`) longer than the choice's
+    /// `max_retry_after_secs`: the call fails at once rather than retrying early or
+    /// sleeping past what the session allows.
+    #[error("{url}: {detail}; the provider asks to wait {asked} before retrying (Retry-After), longer than max_retry_after_secs ({cap}), so the call is not retried")]
+    RetryAfterTooLong {
+        /// The URL called.
+        url: String,
+        /// The failure that came with the wait.
+        detail: String,
+        /// The wait asked for (`3600 s`).
+        asked: String,
+        /// The longest wait allowed (`60 s`).
+        cap: String,
     },
     /// A failure that retrying cannot fix (401, 400, a body that is not the protocol).
     #[error("{url}: {detail}")]

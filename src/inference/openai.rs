@@ -1,16 +1,25 @@
 //! The `openai` driver: Chat Completions with function tools.
 //!
 //! One driver for OpenAI, llama.cpp's server, vLLM, Ollama and most gateways:
-//! `POST {base_url}/chat/completions` with `stream: false`. Parsing is lenient: unknown
-//! fields are ignored, `content` may be a string, null or an array of text parts, and
-//! tool call arguments may be a JSON string (the standard) or an object (some servers).
+//! `POST {base_url}/chat/completions`. By default the answer is streamed (`stream:
+//! true` with `stream_options.include_usage`, so the last chunk carries the token
+//! counts); the choice's `stream: false` asks for one JSON body instead. Either way the
+//! answer is read by its content type, so a server that ignores `stream` and sends JSON
+//! is read as JSON.
+//!
+//! Parsing is lenient: unknown fields are ignored, `content` may be a string, null or an
+//! array of text parts, and tool call arguments may be a JSON string (the standard) or
+//! an object (some servers). In a stream, tool call fragments are joined by their
+//! `index` (or, without one, by their `id`); an `error` chunk is retried like a 529
+//! unless it says the request itself is wrong; a stream that ends with neither
+//! `[DONE]` nor a `finish_reason` is retried as broken off.
 
 use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::http::Endpoint;
-use super::retry::{self, Backoff, Failure};
+use super::http::{Answer, Endpoint, Events};
+use super::retry::{self, Backoff, Failure, Outcome};
 use super::{
     call_id_or_made_up, estimate_usage, Arguments, AttemptSink, Driver, DriverError, Message,
     Request, Response, ToolCall, Usage,
@@ -83,7 +92,12 @@ impl OpenAiDriver {
         if let Some(t) = self.http.temperature {
             body.insert("temperature".into(), json!(t));
         }
-        body.insert("stream".into(), json!(false));
+        if self.http.stream {
+            body.insert("stream".into(), json!(true));
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        } else {
+            body.insert("stream".into(), json!(false));
+        }
         Value::Object(body)
     }
 }
@@ -102,9 +116,11 @@ impl Driver for OpenAiDriver {
         }
         let body = self.request_body(req);
         let made_up = &mut self.made_up_ids;
-        self.http.call(&headers, &body, attempts, |v, _| {
-            parse_response(v, req, made_up)
-        })
+        self.http
+            .call(&headers, &body, attempts, |answer| match answer {
+                Answer::Json { value, .. } => parse_response(value, req, made_up),
+                Answer::Stream(events) => read_stream(events, req, made_up),
+            })
     }
 
     fn kind(&self) -> &'static str {
@@ -244,6 +260,168 @@ fn tool_call(call: &Value, made_up: &mut u64) -> ToolCall {
         id,
         name,
         arguments,
+    }
+}
+
+/// Reads a Chat Completions stream to its end (`[DONE]`) and assembles the answer.
+fn read_stream(
+    events: &mut Events,
+    req: &Request<'_>,
+    made_up: &mut u64,
+) -> Result<Response, Failure> {
+    let mut st = StreamState::default();
+    while let Some(ev) = events.next()? {
+        if st.chunk(&ev.event, &ev.data)? {
+            break;
+        }
+    }
+    st.finish(req, made_up)
+}
+
+/// What a Chat Completions stream said so far.
+#[derive(Debug, Default)]
+struct StreamState {
+    text: String,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<String>,
+    model: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+/// One tool call being assembled from its fragments.
+#[derive(Debug, Default)]
+struct PartialCall {
+    index: Option<u64>,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+    object: Option<Value>,
+}
+
+impl StreamState {
+    /// Takes one event; `true` when the stream said it is done (`[DONE]`).
+    fn chunk(&mut self, event: &str, data: &str) -> Result<bool, Failure> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            Failure::transient(
+                Outcome::InvalidResponse,
+                Some(200),
+                format!(
+                    "a stream event is not JSON ({e}): {}",
+                    retry::summarise_body(data)
+                ),
+            )
+        })?;
+        if v.get("error").is_some() || event == "error" {
+            return Err(retry::stream_error(&v));
+        }
+        if let Some(m) = v.get("model").and_then(Value::as_str) {
+            self.model = Some(m.to_string());
+        }
+        if let Some(u) = reported_usage(v.get("usage")) {
+            self.usage = Some(u);
+        }
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+            return Ok(false);
+        };
+        let delta = choice
+            .get("delta")
+            .or_else(|| choice.get("message"))
+            .unwrap_or(&Value::Null);
+        if let Some(t) = content_text(delta.get("content").unwrap_or(&Value::Null)) {
+            self.text.push_str(&t);
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for c in calls {
+                self.call_fragment(c);
+            }
+        }
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(r.to_string());
+        }
+        Ok(false)
+    }
+
+    /// Adds one `tool_calls` fragment to the call it belongs to: the one with the same
+    /// `index`; without an index, a new call when it brings a new `id`, else the last.
+    fn call_fragment(&mut self, c: &Value) {
+        let index = c.get("index").and_then(Value::as_u64);
+        let id = c
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let pos = match index {
+            Some(i) => self.calls.iter().position(|p| p.index == Some(i)),
+            None => match (id, self.calls.last()) {
+                (Some(id), Some(last)) if last.id.as_deref() != Some(id) => None,
+                (_, Some(_)) => Some(self.calls.len() - 1),
+                (_, None) => None,
+            },
+        };
+        let pos = pos.unwrap_or_else(|| {
+            self.calls.push(PartialCall {
+                index,
+                ..PartialCall::default()
+            });
+            self.calls.len() - 1
+        });
+        let p = &mut self.calls[pos];
+        if p.id.is_none() {
+            p.id = id.map(str::to_string);
+        }
+        let f = c.get("function").unwrap_or(&Value::Null);
+        if let Some(n) = f.get("name").and_then(Value::as_str) {
+            // The name comes whole in the first fragment; some servers repeat it.
+            if p.name.is_empty() {
+                p.name = n.to_string();
+            } else if n != p.name {
+                p.name.push_str(n);
+            }
+        }
+        match f.get("arguments") {
+            Some(Value::String(a)) => p.arguments.push_str(a),
+            Some(o @ Value::Object(_)) => p.object = Some(o.clone()),
+            _ => {}
+        }
+    }
+
+    /// The answer, or a transient failure when the stream broke off before its end.
+    fn finish(self, req: &Request<'_>, made_up: &mut u64) -> Result<Response, Failure> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(Failure::transient(
+                Outcome::Io,
+                Some(200),
+                "the stream ended before the answer was complete (no [DONE], no finish_reason)"
+                    .to_string(),
+            ));
+        }
+        let tool_calls: Vec<ToolCall> = self
+            .calls
+            .into_iter()
+            .map(|p| {
+                let arguments = p.object.unwrap_or(Value::String(p.arguments));
+                tool_call(
+                    &json!({"id": p.id, "function": {"name": p.name, "arguments": arguments}}),
+                    made_up,
+                )
+            })
+            .collect();
+        let text = (!self.text.is_empty()).then_some(self.text);
+        let usage = self
+            .usage
+            .unwrap_or_else(|| estimate_usage(req, text.as_deref(), &tool_calls));
+        Ok(Response {
+            text,
+            tool_calls,
+            usage,
+            finish_reason: self.finish_reason,
+            model: self.model,
+        })
     }
 }
 

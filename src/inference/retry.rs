@@ -6,12 +6,20 @@
 //! out, and reports every attempt to the [`AttemptSink`] as an [`Attempt`].
 //!
 //! Transient (retried): connect errors, timeouts, I/O errors while sending or reading,
-//! HTTP 408, 429 and 5xx, and an `overloaded_error` body (Anthropic, also inside a 200).
-//! Everything else (400, 401, 403, 404, 422, a body that is not the protocol) is fatal
-//! at once, with the provider's own message quoted.
+//! HTTP 408, 429 and 5xx, an `overloaded_error` body (Anthropic, also inside a 200), and
+//! an error event inside a stream. Everything else (400, 401, 403, 404, 422, a body
+//! that is not the protocol) is fatal at once, with the provider's own message quoted;
+//! an error page that is not JSON (an HTML page from a gateway) is summarised by
+//! [`summarise_body`], never quoted whole.
+//!
+//! `Retry-After` is read in every form of RFC 9110 §10.2.3: delay seconds and the three
+//! HTTP-date forms of §5.6.7 (IMF-fixdate, RFC 850, asctime). A wait longer than
+//! [`RetryPolicy::max_retry_after`] ends the call at once with
+//! [`DriverError::RetryAfterTooLong`], naming the wait asked for; a value that does not
+//! parse gets the normal backoff and a warning.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use serde_json::Value;
@@ -25,15 +33,14 @@ pub const MAX_QUOTE_BYTES: usize = 500;
 ///
 /// The wait before retry `n` (1 for the first retry) is drawn uniformly from
 /// `0..=min(cap, base * 2^(n-1))` ("full jitter"), unless the provider sent a
-/// `Retry-After` (or `retry-after-ms`), which is used as given, up to `retry_after_cap`.
+/// `Retry-After` (or `retry-after-ms`), which is used as given (see
+/// [`RetryPolicy::max_retry_after`] for one that is too long).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// The first backoff ceiling. Defaults to 500 ms.
     pub base: Duration,
     /// The largest backoff ceiling. Defaults to 30 s.
     pub cap: Duration,
-    /// The longest wait a provider's `Retry-After` may ask for. Defaults to 60 s.
-    pub retry_after_cap: Duration,
 }
 
 impl Default for Backoff {
@@ -41,7 +48,6 @@ impl Default for Backoff {
         Backoff {
             base: Duration::from_millis(500),
             cap: Duration::from_secs(30),
-            retry_after_cap: Duration::from_secs(60),
         }
     }
 }
@@ -52,7 +58,6 @@ impl Backoff {
         Backoff {
             base: Duration::from_millis(1),
             cap: Duration::from_millis(5),
-            retry_after_cap: Duration::from_millis(20),
         }
     }
 
@@ -64,10 +69,10 @@ impl Backoff {
     }
 
     /// The wait before retry `retry` (1 for the first retry), given the provider's
-    /// `Retry-After`, if any.
+    /// `Retry-After`, if any (used as given).
     pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Duration {
         match retry_after {
-            Some(d) => d.min(self.retry_after_cap),
+            Some(d) => d,
             None => {
                 let ceiling = self.ceiling(retry).as_millis() as u64;
                 Duration::from_millis(rand::thread_rng().gen_range(0..=ceiling))
@@ -84,7 +89,14 @@ pub struct RetryPolicy {
     pub max_retries: u32,
     /// The waits between attempts.
     pub backoff: Backoff,
+    /// The longest wait a provider's `Retry-After` may ask for (the choice's
+    /// `max_retry_after_secs`, default [`DEFAULT_MAX_RETRY_AFTER`]); a longer one fails
+    /// the call at once with [`DriverError::RetryAfterTooLong`].
+    pub max_retry_after: Duration,
 }
+
+/// The default of [`RetryPolicy::max_retry_after`]: 60 s.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The kind of an attempt's outcome, as written in an [`Attempt`]'s `outcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,8 +109,11 @@ pub enum Outcome {
     Timeout,
     /// The provider answered with an error status: `http_status`.
     HttpStatus,
-    /// The provider said it is overloaded (`overloaded_error`): `overloaded`.
+    /// The provider said it is overloaded (`overloaded_error`, in a body or a stream):
+    /// `overloaded`.
     Overloaded,
+    /// An error event inside a stream that is not an overload: `stream_error`.
+    StreamError,
     /// Sending or reading failed half-way: `io`.
     Io,
     /// The answer was not the protocol (not JSON, no choices…): `invalid_response`.
@@ -114,6 +129,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::HttpStatus => "http_status",
             Outcome::Overloaded => "overloaded",
+            Outcome::StreamError => "stream_error",
             Outcome::Io => "io",
             Outcome::InvalidResponse => "invalid_response",
         }
@@ -137,6 +153,8 @@ pub struct Failure {
     pub transient: bool,
     /// The wait the provider asked for (`Retry-After`), if any.
     pub retry_after: Option<Duration>,
+    /// A `Retry-After` value that did not parse, as sent (the normal backoff is used).
+    pub retry_after_unparsed: Option<String>,
     /// One line saying what went wrong, provider message quoted.
     pub detail: String,
 }
@@ -149,6 +167,7 @@ impl Failure {
             http_status,
             transient: true,
             retry_after: None,
+            retry_after_unparsed: None,
             detail,
         }
     }
@@ -160,6 +179,7 @@ impl Failure {
             http_status,
             transient: false,
             retry_after: None,
+            retry_after_unparsed: None,
             detail,
         }
     }
@@ -197,7 +217,10 @@ impl Failure {
     /// (and `retry-after-ms`) header values and its body.
     ///
     /// 408, 429 and 5xx are transient; a body whose error type is `overloaded_error`
-    /// is transient with [`Outcome::Overloaded`]; every other status is fatal.
+    /// is transient with [`Outcome::Overloaded`]; every other status is fatal. The body
+    /// is quoted by [`quote_provider_message`] (an error page that is not JSON is
+    /// summarised). `retry-after-ms` wins over `Retry-After`; a `Retry-After` that does
+    /// not parse is kept in `retry_after_unparsed`.
     pub fn from_status(
         status: u16,
         retry_after: Option<&str>,
@@ -215,8 +238,15 @@ impl Failure {
         f.retry_after = retry_after_ms
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|ms| ms.is_finite() && *ms >= 0.0)
-            .map(|ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64))
-            .or_else(|| retry_after.and_then(|v| parse_retry_after(v, SystemTime::now())));
+            .map(|ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64));
+        if f.retry_after.is_none() {
+            if let Some(v) = retry_after.filter(|v| !v.trim().is_empty()) {
+                f.retry_after = parse_retry_after(v, SystemTime::now());
+                if f.retry_after.is_none() {
+                    f.retry_after_unparsed = Some(v.to_string());
+                }
+            }
+        }
         f
     }
 }
@@ -236,22 +266,122 @@ pub fn is_overloaded(body: &str) -> bool {
 
 /// The provider's error message in an error body, quoted and cut to
 /// [`MAX_QUOTE_BYTES`]: `error.message`, `error` (a string), `message` or `detail`,
-/// else the body itself.
+/// else the JSON body itself; a body that is not JSON is summarised by
+/// [`summarise_body`] instead of quoted.
 pub fn quote_provider_message(body: &str) -> String {
-    let v: Option<Value> = serde_json::from_str(body).ok();
-    let msg = v.as_ref().and_then(|v| {
-        let e = v.get("error");
-        e.and_then(|e| e.get("message"))
-            .and_then(Value::as_str)
-            .or_else(|| e.and_then(Value::as_str))
-            .or_else(|| v.get("message").and_then(Value::as_str))
-            .or_else(|| v.get("detail").and_then(Value::as_str))
-    });
-    let text = msg.unwrap_or(body).trim();
-    if text.is_empty() {
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
         return "(empty body)".to_string();
     }
+    let Ok(v) = serde_json::from_str::<Value>(trimmed) else {
+        return summarise_body(body);
+    };
+    let e = v.get("error");
+    let msg = e
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .or_else(|| e.and_then(Value::as_str))
+        .or_else(|| v.get("message").and_then(Value::as_str))
+        .or_else(|| v.get("detail").and_then(Value::as_str));
+    let text = msg.map(str::trim).unwrap_or(trimmed);
+    if text.is_empty() {
+        return "(empty message)".to_string();
+    }
     format!("{:?}", truncate_utf8(text, MAX_QUOTE_BYTES))
+}
+
+/// The longest title or first line [`summarise_body`] quotes, in bytes.
+pub const MAX_SUMMARY_LINE_BYTES: usize = 120;
+
+/// A one-line summary of a body that is not JSON, so an error page never lands whole
+/// in a record, an error message or `out/result.txt`:
+///
+/// - markup (the first character is `<`): `an HTML page titled "502 Bad Gateway"
+///   (1234 bytes)`; without a `<title>`, the first line of text between the tags:
+///   `an HTML page starting "…" (N bytes)`;
+/// - other text: `a text body starting "…" (N bytes)` with its first non-blank line;
+/// - nothing: `(empty body)`.
+///
+/// Quoted parts are cut to [`MAX_SUMMARY_LINE_BYTES`] on a UTF-8 boundary and shown as
+/// Rust string literals (control characters escaped); the count is the body's bytes.
+pub fn summarise_body(body: &str) -> String {
+    let bytes = body.len();
+    let trimmed = body.trim_start();
+    if trimmed.is_empty() {
+        return "(empty body)".to_string();
+    }
+    let quote = |t: &str| format!("{:?}", truncate_utf8(t, MAX_SUMMARY_LINE_BYTES));
+    if trimmed.starts_with('<') {
+        if let Some(title) = html_title(trimmed).filter(|t| !t.is_empty()) {
+            return format!("an HTML page titled {} ({bytes} bytes)", quote(&title));
+        }
+        let text = strip_tags(trimmed);
+        return match first_line(&text) {
+            Some(l) => format!("an HTML page starting {} ({bytes} bytes)", quote(&l)),
+            None => format!("an HTML page ({bytes} bytes)"),
+        };
+    }
+    match first_line(trimmed) {
+        Some(l) => format!("a text body starting {} ({bytes} bytes)", quote(&l)),
+        None => "(empty body)".to_string(),
+    }
+}
+
+/// The first line with something on it, trimmed, whitespace runs made one space.
+fn first_line(text: &str) -> Option<String> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|l| !l.is_empty())
+}
+
+/// The text of the first `<title>` element, entities decoded, whitespace collapsed.
+fn html_title(html: &str) -> Option<String> {
+    let lower = html.to_ascii_lowercase();
+    let open = lower.find("<title")?;
+    let start = open + lower[open..].find('>')? + 1;
+    let end = start + lower[start..].find("</title")?;
+    let title = decode_entities(&html[start..end]);
+    Some(title.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `html` with every `<…>` tag (and the content of `<script>`/`<style>`) removed, a
+/// line break where a tag was, entities decoded.
+fn strip_tags(html: &str) -> String {
+    let mut out = String::with_capacity(html.len().min(4096));
+    let mut rest = html;
+    while let Some(lt) = rest.find('<') {
+        out.push_str(&rest[..lt]);
+        out.push('\n');
+        let tag = &rest[lt..];
+        let lower: String = tag.chars().take(8).collect::<String>().to_ascii_lowercase();
+        let skip_to = if lower.starts_with("<script") {
+            tag.to_ascii_lowercase().find("</script").map(|i| i + 1)
+        } else if lower.starts_with("<style") {
+            tag.to_ascii_lowercase().find("</style").map(|i| i + 1)
+        } else {
+            Some(0)
+        };
+        let Some(from) = skip_to else {
+            return decode_entities(&out);
+        };
+        match tag[from..].find('>') {
+            Some(gt) => rest = &tag[from + gt + 1..],
+            None => return decode_entities(&out),
+        }
+    }
+    out.push_str(rest);
+    decode_entities(&out)
+}
+
+/// The five XML entities and `&nbsp;` decoded; others are left as written.
+fn decode_entities(text: &str) -> String {
+    text.replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// `text` cut to at most `max` bytes on a UTF-8 character boundary, with `…` appended
@@ -267,46 +397,67 @@ pub fn truncate_utf8(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-/// Parses a `Retry-After` value: delay seconds (`"120"`) or an HTTP date
-/// (`"Wed, 21 Oct 2015 07:28:00 GMT"`, taken relative to `now`; a past date is 0).
-/// `None` when it is neither.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+/// An error event inside a stream: fatal when it says the request itself is wrong
+/// (bad request, key, permission, model, context length), transient otherwise — as
+/// `overloaded` when it says so, else `stream_error`.
+pub fn stream_error(v: &Value) -> Failure {
+    let e = v.get("error").unwrap_or(v);
+    let kind = [e.get("type"), e.get("code")]
+        .into_iter()
+        .flatten()
+        .filter_map(|k| match k {
+            Value::String(s) => Some(s.to_ascii_lowercase()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let detail = format!(
+        "error event in the stream: {}",
+        quote_provider_message(&v.to_string())
+    );
+    const FATAL: [&str; 7] = [
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "invalid_api_key",
+        "context_length_exceeded",
+        "model_not_found",
+    ];
+    if kind.contains("overloaded") || kind.contains("529") {
+        Failure::transient(Outcome::Overloaded, Some(200), detail)
+    } else if FATAL.iter().any(|k| kind.contains(k)) {
+        Failure::fatal(Outcome::StreamError, Some(200), detail)
+    } else {
+        Failure::transient(Outcome::StreamError, Some(200), detail)
     }
-    let at = parse_http_date(value)?;
-    let now = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(at.saturating_sub(now)))
 }
 
-/// Seconds since the Unix epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-fn parse_http_date(value: &str) -> Option<u64> {
-    let parts: Vec<&str> = value.split_whitespace().collect();
-    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as i64 + 1;
-    let day: i64 = day.parse().ok()?;
-    let year: i64 = year.parse().ok()?;
-    let hms: Vec<i64> = time
-        .split(':')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let [h, m, s] = hms.as_slice() else {
-        return None;
-    };
-    if !(1..=31).contains(&day) || !(0..24).contains(h) || !(0..60).contains(m) {
-        return None;
+/// Parses a `Retry-After` value (RFC 9110 §10.2.3): delay seconds (`"120"`) or an
+/// HTTP date in any of the three forms of §5.6.7 — IMF-fixdate (`Sun, 06 Nov 1994
+/// 08:49:37 GMT`), RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6
+/// 08:49:37 1994`) — taken relative to `now`; a date in the past is 0. `None` when it
+/// is none of these.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Delay seconds; a number too large for u64 is still "a very long wait".
+        return Some(Duration::from_secs(
+            value.parse::<u64>().unwrap_or(u64::MAX),
+        ));
     }
-    if !(0..=60).contains(s) || !(1970..=9999).contains(&year) {
-        return None;
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// A wait for messages: `150 ms`, `7 s`, `3600 s`.
+pub fn describe_wait(d: Duration) -> String {
+    if d.subsec_millis() != 0 && d < Duration::from_secs(10) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{} s", d.as_secs())
     }
-    let days = crate::records::days_from_civil(year, month, day);
-    u64::try_from(days * 86_400 + h * 3600 + m * 60 + s).ok()
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or `policy.max_retries` retries
@@ -314,8 +465,11 @@ fn parse_http_date(value: &str) -> Option<u64> {
 ///
 /// `attempt` gets the attempt number (1 for the first) and returns the HTTP status and
 /// the value, or a [`Failure`]. Every attempt is reported to `sink`. A fatal failure
-/// becomes [`DriverError::Fatal`] at once; the last transient failure becomes
-/// [`DriverError::Exhausted`]. `url` names the endpoint in both.
+/// becomes [`DriverError::Fatal`] at once; a `Retry-After` longer than
+/// `policy.max_retry_after` becomes [`DriverError::RetryAfterTooLong`] at once; the
+/// last transient failure becomes [`DriverError::Exhausted`]. `url` names the endpoint
+/// in each. A `Retry-After` that does not parse is logged as a warning (the normal
+/// backoff is used).
 pub fn run<T>(
     policy: &RetryPolicy,
     url: &str,
@@ -331,12 +485,23 @@ pub fn run<T>(
                     outcome: Outcome::Ok.as_str().to_string(),
                     http_status: Some(status),
                     retry_in_ms: 0,
+                    will_retry: false,
                     detail: None,
                 });
                 return Ok(value);
             }
-            Err(f) => {
-                let retry = f.transient && number <= policy.max_retries;
+            Err(mut f) => {
+                if let Some(v) = &f.retry_after_unparsed {
+                    log::warn!(
+                        "{url}: Retry-After {v:?} is neither delay seconds nor an HTTP date; using the normal backoff"
+                    );
+                    f.detail
+                        .push_str(&format!(" (Retry-After {v:?} not understood)"));
+                }
+                let too_long = f
+                    .retry_after
+                    .filter(|d| f.transient && *d > policy.max_retry_after);
+                let retry = f.transient && too_long.is_none() && number <= policy.max_retries;
                 let wait = if retry {
                     policy.backoff.delay(number, f.retry_after)
                 } else {
@@ -347,8 +512,17 @@ pub fn run<T>(
                     outcome: f.outcome.as_str().to_string(),
                     http_status: f.http_status,
                     retry_in_ms: wait.as_millis() as u64,
+                    will_retry: retry,
                     detail: Some(f.detail.clone()),
                 });
+                if let Some(asked) = too_long {
+                    return Err(DriverError::RetryAfterTooLong {
+                        url: url.to_string(),
+                        detail: f.detail,
+                        asked: describe_wait(asked),
+                        cap: describe_wait(policy.max_retry_after),
+                    });
+                }
                 if !f.transient {
                     return Err(DriverError::Fatal {
                         url: url.to_string(),
@@ -376,24 +550,77 @@ pub fn run<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
-    fn retry_after_seconds_and_dates() {
-        let now = UNIX_EPOCH + Duration::from_secs(1_445_412_000); // 2015-10-21 07:20:00
+    fn retry_after_seconds_and_the_three_date_forms() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777 - 60); // 1994-11-06 08:48:37
         assert_eq!(parse_retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",  // IMF-fixdate
+            "Sunday, 06-Nov-94 08:49:37 GMT", // RFC 850
+            "Sun Nov  6 08:49:37 1994",       // asctime
+        ] {
+            assert_eq!(
+                parse_retry_after(form, now),
+                Some(Duration::from_secs(60)),
+                "{form}"
+            );
+        }
         assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
-            Some(Duration::from_secs(480))
+            parse_retry_after("Sat, 05 Nov 1994 08:49:37 GMT", now),
+            Some(Duration::ZERO),
+            "a past date is no wait"
         );
         assert_eq!(
-            parse_retry_after("Tue, 20 Oct 2015 07:28:00 GMT", now),
-            Some(Duration::ZERO)
+            parse_retry_after("99999999999999999999999", now),
+            Some(Duration::from_secs(u64::MAX))
         );
-        assert_eq!(parse_retry_after("soon", now), None);
-        assert_eq!(parse_retry_after("-1", now), None);
+        for bad in ["soon", "-1", "1.5", "", "Sun, 32 Nov 1994 08:49:37 GMT"] {
+            assert_eq!(parse_retry_after(bad, now), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn unparsed_retry_after_is_kept() {
+        let f = Failure::from_status(429, Some("in a while"), None, "");
+        assert_eq!(f.retry_after, None);
+        assert_eq!(f.retry_after_unparsed.as_deref(), Some("in a while"));
+    }
+
+    #[test]
+    fn non_json_bodies_are_summarised() {
+        let page = "<!DOCTYPE html>\n<html><head><title>502 Bad\n Gateway &amp; co</title></head>\n<body><h1>502</h1>" .to_string()
+            + &"x".repeat(5000)
+            + "</body></html>";
+        let s = summarise_body(&page);
         assert_eq!(
-            parse_retry_after("Wed, 32 Oct 2015 07:28:00 GMT", now),
-            None
+            s,
+            format!(
+                "an HTML page titled \"502 Bad Gateway & co\" ({} bytes)",
+                page.len()
+            )
+        );
+        assert_eq!(
+            summarise_body(
+                "<html><body>\n  <h1>Service Unavailable</h1><p>later</p></body></html>"
+            ),
+            "an HTML page starting \"Service Unavailable\" (69 bytes)"
+        );
+        assert_eq!(
+            summarise_body("<html><script>var a = '<b>';</script>Down</html>"),
+            "an HTML page starting \"Down\" (48 bytes)"
+        );
+        assert_eq!(
+            summarise_body("\n\nupstream connect error\nreset reason: overflow"),
+            "a text body starting \"upstream connect error\" (47 bytes)"
+        );
+        assert_eq!(summarise_body("  \n"), "(empty body)");
+        let long = summarise_body(&"é".repeat(300));
+        assert!(long.len() < 200 && long.contains("…"), "{long}");
+        assert_eq!(
+            quote_provider_message("<html><title>Oops</title></html>"),
+            "an HTML page titled \"Oops\" (32 bytes)"
         );
     }
 
@@ -413,7 +640,8 @@ mod tests {
         assert!(b.delay(2, None) <= Duration::from_secs(1));
         assert_eq!(
             b.delay(1, Some(Duration::from_secs(3600))),
-            Duration::from_secs(60)
+            Duration::from_secs(3600),
+            "a Retry-After is used as given; run() refuses one over the cap"
         );
     }
 

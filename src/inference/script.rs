@@ -268,6 +268,7 @@ impl Driver for ScriptDriver {
             outcome: "ok".into(),
             http_status: None,
             retry_in_ms: 0,
+            will_retry: false,
             detail: None,
         });
         Ok(Response {
@@ -293,6 +294,7 @@ mod tests {
             call_id: id.into(),
             name: "sh".into(),
             content: content.into(),
+            is_error: false,
         }
     }
 

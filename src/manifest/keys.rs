@@ -51,6 +51,8 @@ pub const CHOICE: &[&str] = &[
     "temperature",
     "request_timeout_secs",
     "max_retries",
+    "max_retry_after_secs",
+    "stream",
 ];
 
 /// `credential` of a choice (exactly one of them).

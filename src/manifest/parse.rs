@@ -14,7 +14,8 @@ use super::walk::Cx;
 use super::yaml::{self, Node, Pos};
 
 pub use super::sections::{
-    DEFAULT_COMPACTION_THRESHOLD, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT_SECS,
+    DEFAULT_COMPACTION_THRESHOLD, DEFAULT_MAX_RETRIES, DEFAULT_MAX_RETRY_AFTER_SECS,
+    DEFAULT_REQUEST_TIMEOUT_SECS,
 };
 
 /// One problem in a manifest, with where it is.

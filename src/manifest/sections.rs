@@ -18,6 +18,8 @@ use super::yaml::{Kind, Node, Value};
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 300;
 /// Default of a choice's `max_retries`.
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Default of a choice's `max_retry_after_secs`: the longest `Retry-After` waited for.
+pub const DEFAULT_MAX_RETRY_AFTER_SECS: u64 = 60;
 /// Default of `inference.compaction.threshold`, a fraction of the input budget.
 pub const DEFAULT_COMPACTION_THRESHOLD: f64 = 0.8;
 
@@ -370,6 +372,17 @@ fn choice(cx: &mut Cx, f: Field) -> Option<DriverChoice> {
         )
         .unwrap_or(DEFAULT_REQUEST_TIMEOUT_SECS);
     let max_retries = c.opt_u32(cx, "max_retries").unwrap_or(DEFAULT_MAX_RETRIES);
+    let max_retry_after_secs = c
+        .opt_secs(cx, "max_retry_after_secs")
+        .unwrap_or(DEFAULT_MAX_RETRY_AFTER_SECS);
+    let stream = c.opt(cx, "stream", |cx, f| f.bool(cx));
+    if stream.is_some() && driver == Some(DriverKind::Script) {
+        cx.err(
+            c.key_pos("stream"),
+            f.path,
+            "`stream` is only for `driver: openai` and `driver: anthropic`",
+        );
+    }
     c.finish();
     Some(DriverChoice {
         driver: driver?,
@@ -383,6 +396,8 @@ fn choice(cx: &mut Cx, f: Field) -> Option<DriverChoice> {
         temperature,
         request_timeout_secs,
         max_retries,
+        max_retry_after_secs,
+        stream: stream.unwrap_or(true),
     })
 }
 

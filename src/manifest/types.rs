@@ -41,8 +41,10 @@
 //! | `inference.choices.N.max_output_tokens` | integer ≥ 1 | none | tokens | no output cap sent |
 //! | `inference.choices.N.max_input_tokens` | integer ≥ 1 | none | tokens | no input ceiling |
 //! | `inference.choices.N.temperature` | number ≥ 0 | none | — | the provider's default |
-//! | `inference.choices.N.request_timeout_secs` | integer ≥ 1 | `300` | seconds | 300 s; 0 is an error |
+//! | `inference.choices.N.request_timeout_secs` | integer ≥ 1 | `300` | seconds | 300 s (streaming: to the answer's start and for each silence in it); 0 is an error |
 //! | `inference.choices.N.max_retries` | integer | `4` | retries | 4; `0`: no retry |
+//! | `inference.choices.N.max_retry_after_secs` | integer ≥ 0 | `60` | seconds | a `Retry-After` longer than this fails the call at once |
+//! | `inference.choices.N.stream` | boolean (`openai`, `anthropic` only) | `true` | — | `false`: one JSON body per call |
 //! | `inference.max_turns` | integer ≥ 1 | none | inference calls per task | no cap; 0 is an error |
 //! | `inference.max_session_tokens` | integer ≥ 1 | none | tokens | no spend ceiling; 0 is an error |
 //! | `inference.compaction.threshold` | number, 0 < t ≤ 1 | `0.8` | fraction of the input budget | 0.8 |
@@ -183,6 +185,13 @@ pub struct DriverChoice {
     pub request_timeout_secs: u64,
     /// `max_retries`: retries of a transient failure (default 4; 0 = no retry).
     pub max_retries: u32,
+    /// `max_retry_after_secs`: the longest wait a provider's `Retry-After` may ask for,
+    /// in seconds (default 60); a longer one fails the call at once, naming the wait.
+    pub max_retry_after_secs: u64,
+    /// `stream`: ask for server-sent events (default `true`; `false`: one JSON body).
+    /// With streaming, `request_timeout_secs` bounds the wait for the answer to start
+    /// and each silence within it, not the whole answer.
+    pub stream: bool,
 }
 
 /// `driver` of a choice.

@@ -1,5 +1,5 @@
-//! Answering one tool call of a turn: the duplicate-id refusal, the deadline notice,
-//! the `tool_call` record, and the match over the tool's kind.
+//! Answering one tool call of a turn: the deadline notice, the `tool_call` record, and
+//! the match over the tool's kind.
 
 use std::time::Instant;
 
@@ -13,15 +13,18 @@ use crate::tools::{self, shell, ToolKind, ToolResult};
 use super::{status, Loop};
 
 impl Loop<'_> {
-    /// Answers one tool call and returns the full text the model is given.
-    pub(super) fn dispatch(&mut self, call: &ToolCall, turn: u64, duplicate: bool) -> String {
+    /// Answers one tool call and returns the full text the model is given, and whether
+    /// the call counts as failed (Anthropic's `is_error`). `model_id` is the id the
+    /// model gave when the runtime renamed it (see `unique_ids`); the record keeps both.
+    pub(super) fn dispatch(
+        &mut self,
+        call: &ToolCall,
+        turn: u64,
+        model_id: Option<&str>,
+    ) -> (String, bool) {
         let started = Instant::now();
         self.progress.set(turn, format!("running {}", call.name));
-        let mut result = if duplicate {
-            ToolResult::refused("this tool call repeats a call id already used in this turn, so it was not run; give each call its own id")
-        } else {
-            self.answer(call)
-        };
+        let mut result = self.answer(call);
         if !result.refused {
             if let Some(d) = self.deadline.as_mut().filter(|d| !d.passed()) {
                 if let Some((line, left)) = d.take_notice() {
@@ -45,9 +48,12 @@ impl Loop<'_> {
             "duration_ms" => started.elapsed().as_millis() as u64,
             "content" => content,
         };
+        if let Some(id) = model_id {
+            f.insert("model_call_id".into(), Value::String(id.to_string()));
+        }
         f.extend(result.record.clone());
         self.trace.record(Some(&self.task_id), "tool_call", f);
-        content
+        (content, result.status == tools::Status::Failed)
     }
 
     fn answer(&mut self, call: &ToolCall) -> ToolResult {
@@ -58,11 +64,11 @@ impl Loop<'_> {
         let input = match &call.arguments {
             Arguments::Json(v) => v.clone(),
             Arguments::Invalid(raw) => {
-                let shown: String = raw.chars().take(200).collect();
-                return ToolResult::refused(format!(
-                    "the arguments of this call to `{}` are not JSON: `{shown}`; send a JSON object matching the tool's input schema",
-                    call.name
-                ));
+                return ToolResult::refused(invalid_arguments(
+                    &call.name,
+                    raw,
+                    &entry.spec().input_schema,
+                ))
             }
         };
         match &entry.kind {
@@ -152,5 +158,37 @@ impl Loop<'_> {
                 tools::session_status::result(&st)
             }
         }
+    }
+}
+
+/// The tool error for arguments that are not JSON: the parse problem with its line and
+/// column, the text sent (its first 200 characters), and the tool's input schema, so
+/// the model can send the call again correctly.
+fn invalid_arguments(tool: &str, raw: &str, schema: &Value) -> String {
+    let problem = match serde_json::from_str::<Value>(raw) {
+        Err(e) => e.to_string(),
+        Ok(_) => "not a JSON value".to_string(),
+    };
+    let mut shown: String = raw.chars().take(200).collect();
+    if shown.len() < raw.len() {
+        shown.push('…');
+    }
+    format!(
+        "the arguments of this call to `{tool}` are not JSON ({problem}): `{shown}`; send one JSON object matching the tool's input schema: {schema}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_arguments_name_the_problem_its_position_and_the_schema() {
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"args": {"type": "array"}}});
+        assert_eq!(
+            invalid_arguments("ls", "{\"args\": [\"-l\"", &schema),
+            "the arguments of this call to `ls` are not JSON (EOF while parsing a list at line 1 column 14): `{\"args\": [\"-l\"`; send one JSON object matching the tool's input schema: {\"type\":\"object\",\"properties\":{\"args\":{\"type\":\"array\"}}}"
+        );
     }
 }

@@ -43,6 +43,8 @@ impl Loop<'_> {
         let cap = choice.max_output_tokens;
         let trace = self.trace.clone();
         let task = self.task_id.clone();
+        let progress = self.progress.clone();
+        let max_attempts = u64::from(choice.max_retries) + 1;
         let started = Instant::now();
         let spawned = std::thread::Builder::new().name("inference".into()).spawn(move || {
             let mut drv = d.lock();
@@ -55,6 +57,9 @@ impl Loop<'_> {
                         "inference_attempt",
                         fields! {"turn" => turn, "driver" => kind, "attempt" => a.number, "outcome" => a.outcome, "http_status" => a.http_status, "retry_in_ms" => a.retry_in_ms, "detail" => a.detail},
                     );
+                }
+                if a.will_retry {
+                    report_retry(&progress, turn, &a, max_attempts);
                 }
             };
             let _ = tx.send(drv.complete(&req, &mut sink));
@@ -124,6 +129,70 @@ impl Loop<'_> {
             Some(&self.task_id),
             "inference",
             fields! {"turn" => turn, "choice" => self.spec.choice, "driver" => format!("{:?}", choice.driver).to_lowercase(), "error" => why, "duration_ms" => started.elapsed().as_millis() as u64},
+        );
+    }
+}
+
+/// Shows a retry of the model on the progress line (attempt, reason, wait), and, when
+/// there is no live progress line (stderr is not a terminal), as a warning on stderr.
+fn report_retry(progress: &crate::progress::Progress, turn: u64, a: &inference::Attempt, max: u64) {
+    let wait = inference::retry::describe_wait(std::time::Duration::from_millis(a.retry_in_ms));
+    let reason = match (a.outcome.as_str(), a.http_status) {
+        ("http_status", Some(s)) => format!("HTTP {s}"),
+        (o, Some(s)) if s != 200 => format!("{o}, HTTP {s}"),
+        (o, _) => o.to_string(),
+    };
+    let next = u64::from(a.number) + 1;
+    progress.set(
+        turn,
+        format!(
+            "waiting for the model: attempt {} of {max} failed ({reason}), attempt {next} in {wait}",
+            a.number
+        ),
+    );
+    if !progress.is_live() {
+        log::warn!(
+            "turn {turn}: model attempt {} of {max} failed ({reason}: {}); attempt {next} in {wait}",
+            a.number,
+            a.detail.as_deref().unwrap_or("no detail")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_shows_attempt_reason_and_wait_on_the_progress_line() {
+        let p = crate::progress::Progress::recording();
+        let a = inference::Attempt {
+            number: 1,
+            outcome: "http_status".into(),
+            http_status: Some(429),
+            retry_in_ms: 2000,
+            will_retry: true,
+            detail: Some("http status 429: \"slow down\"".into()),
+        };
+        report_retry(&p, 3, &a, 5);
+        assert_eq!(
+            p.shown(),
+            Some((
+                3,
+                "waiting for the model: attempt 1 of 5 failed (HTTP 429), attempt 2 in 2 s".into()
+            ))
+        );
+        let a = inference::Attempt {
+            number: 2,
+            outcome: "overloaded".into(),
+            http_status: Some(529),
+            retry_in_ms: 350,
+            ..a
+        };
+        report_retry(&p, 3, &a, 5);
+        assert_eq!(
+            p.shown().unwrap().1,
+            "waiting for the model: attempt 2 of 5 failed (overloaded, HTTP 529), attempt 3 in 350 ms"
         );
     }
 }

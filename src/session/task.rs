@@ -265,6 +265,10 @@ impl Loop<'_> {
         };
         let tools: Vec<ToolSpec> = spec.staged.inventory.iter().map(|t| t.spec()).collect();
         let mut messages = vec![Message::User(text.to_string())];
+        // Every call id the conversation has used so far: the history sent back to
+        // the model never holds one id twice (providers that count from `call_0` in
+        // each turn would otherwise pair a result with the wrong call).
+        let mut used_ids: HashSet<String> = HashSet::new();
         loop {
             if let Some(s) = self.check_stop() {
                 return s;
@@ -294,7 +298,7 @@ impl Loop<'_> {
                 Ok(r) => r,
                 Err(s) => return s,
             };
-            let (calls, dups) = dedupe_ids(resp.tool_calls.clone());
+            let (calls, renamed) = unique_ids(resp.tool_calls.clone(), &mut used_ids);
             messages.push(Message::Assistant {
                 text: resp.text.clone(),
                 tool_calls: calls.clone(),
@@ -316,15 +320,16 @@ impl Loop<'_> {
                 }
                 continue;
             }
-            for call in &calls {
+            for (call, model_id) in calls.iter().zip(&renamed) {
                 if let Some(s) = self.check_stop() {
                     return s;
                 }
-                let content = self.dispatch(call, turn, dups.contains(&call.id));
+                let (content, is_error) = self.dispatch(call, turn, model_id.as_deref());
                 messages.push(Message::Tool {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     content,
+                    is_error,
                 });
             }
             if let Some(reason) = self.calls.ending.clone() {
@@ -358,29 +363,74 @@ impl Loop<'_> {
     }
 }
 
-/// Makes call ids unique within a turn: a repeated id gets `-2`, `-3`… so each result
-/// answers exactly one call (the repeated call is then refused as a duplicate).
-fn dedupe_ids(calls: Vec<ToolCall>) -> (Vec<ToolCall>, HashSet<String>) {
-    // Every id the model gave is taken, so a renamed duplicate never collides with a
-    // later genuine id.
-    let mut seen: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
-    let mut first = HashSet::new();
-    let mut dups = HashSet::new();
+/// Makes call ids unique across the conversation: an id already in `used` (from an
+/// earlier turn, or earlier in this one) becomes `<id>-2`, `<id>-3`…, the first that
+/// neither `used` nor any call of this turn has, so each result answers exactly one
+/// call and every call runs. Returns the calls and, beside each, the id the model gave
+/// when it was renamed. Every id returned is added to `used`.
+fn unique_ids(
+    calls: Vec<ToolCall>,
+    used: &mut HashSet<String>,
+) -> (Vec<ToolCall>, Vec<Option<String>>) {
+    // The ids of this turn are reserved, so a renamed call never takes an id that a
+    // later call of the same turn brings.
+    let turn_ids: HashSet<String> = calls.iter().map(|c| c.id.clone()).collect();
+    let mut renamed = Vec::with_capacity(calls.len());
     let calls = calls
         .into_iter()
         .map(|mut c| {
-            if !first.insert(c.id.clone()) {
+            if used.contains(&c.id) {
                 let original = c.id.clone();
-                let mut n = 2;
-                while !seen.insert(format!("{original}-{n}")) {
+                let mut n = 2u64;
+                let id = loop {
+                    let id = format!("{original}-{n}");
+                    if !used.contains(&id) && !turn_ids.contains(&id) {
+                        break id;
+                    }
                     n += 1;
-                }
-                c.id = format!("{original}-{n}");
-                dups.insert(c.id.clone());
-                log::warn!("model sent tool call id `{original}` twice in one turn");
+                };
+                log::debug!("tool call id `{original}` was used before in this conversation; answered as `{id}`");
+                c.id = id;
+                renamed.push(Some(original));
+            } else {
+                renamed.push(None);
             }
+            used.insert(c.id.clone());
             c
         })
         .collect();
-    (calls, dups)
+    (calls, renamed)
+}
+
+#[cfg(test)]
+mod unique_id_tests {
+    use super::*;
+    use crate::inference::Arguments;
+
+    fn calls(ids: &[&str]) -> Vec<ToolCall> {
+        ids.iter()
+            .map(|id| ToolCall {
+                id: id.to_string(),
+                name: "ls".into(),
+                arguments: Arguments::Json(serde_json::json!({})),
+            })
+            .collect()
+    }
+
+    fn ids(c: &[ToolCall]) -> Vec<&str> {
+        c.iter().map(|c| c.id.as_str()).collect()
+    }
+
+    #[test]
+    fn ids_are_unique_across_turns_and_within_one() {
+        let mut used = HashSet::new();
+        let (c1, r1) = unique_ids(calls(&["call_0", "call_1"]), &mut used);
+        assert_eq!(ids(&c1), ["call_0", "call_1"]);
+        assert_eq!(r1, [None, None]);
+        let (c2, r2) = unique_ids(calls(&["call_0", "call_0", "call_0-2"]), &mut used);
+        assert_eq!(ids(&c2), ["call_0-3", "call_0-4", "call_0-2"]);
+        assert_eq!(r2, [Some("call_0".into()), Some("call_0".into()), None]);
+        let (c3, _) = unique_ids(calls(&["call_0-2"]), &mut used);
+        assert_eq!(ids(&c3), ["call_0-2-2"]);
+    }
 }
