@@ -104,6 +104,29 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// The agent card. The door replaces `supportedInterfaces` with its own URL and
     /// adds the bearer security scheme.
     fn card(&self) -> AgentCard;
+
+    /// Every task the handler still keeps, for `ListTasks`; `None` (the default) when
+    /// it does not list tasks, and the door then answers `ListTasks` with -32004.
+    ///
+    /// The door filters, sorts and pages this index itself and reads each task of the
+    /// page with [`TaskHandler::get`], so it must be cheap: no histories or artifacts.
+    fn list(&self) -> Option<Vec<TaskIndex>> {
+        None
+    }
+}
+
+/// One task in a [`TaskHandler::list`] index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskIndex {
+    /// The task id.
+    pub id: String,
+    /// The context id, as [`TaskHandler::get`] would answer it.
+    pub context_id: String,
+    /// The state now.
+    pub state: crate::a2a::types::TaskState,
+    /// `status.timestamp`: RFC 3339 UTC, e.g. `2026-11-30T15:48:54.031120Z`; empty
+    /// when the status has none.
+    pub timestamp: String,
 }
 
 /// Why a task cannot be canceled.

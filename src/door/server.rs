@@ -60,6 +60,8 @@ pub struct Head {
     pub http11: bool,
     /// Headers in order, names lowercased, values trimmed.
     pub headers: Vec<(String, String)>,
+    /// The peer's address, for log lines; `None` when the socket could not tell.
+    pub peer: Option<SocketAddr>,
 }
 
 impl Head {
@@ -397,7 +399,10 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
         };
         drop(slot);
         let head = match parse_head(&buf[..head_len]) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.peer = stream.peer_addr().ok();
+                h
+            }
             Err(ReadError::TooLarge) => return answer_and_close(stream, 431),
             Err(ReadError::Bad(why)) => {
                 log::debug!("door: bad request: {why}");
@@ -661,6 +666,7 @@ fn parse_head(bytes: &[u8]) -> Result<Head, ReadError> {
         path,
         http11,
         headers,
+        peer: None,
     })
 }
 
@@ -692,6 +698,14 @@ fn keep_alive(head: &Head) -> bool {
 }
 
 fn answer_and_close(mut stream: TcpStream, status: u16) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    log::info!(
+        target: "mur::door",
+        "refused a request from {peer}: HTTP {status} {}",
+        reason(status)
+    );
     let mut r = Response::empty(status);
     r.close = true;
     let _ = write_response(&mut stream, &r, false);
