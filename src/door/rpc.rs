@@ -518,7 +518,12 @@ fn unauthorized(why: AuthRefusal) -> Response {
             "code": 401,
             "status": "UNAUTHENTICATED",
             "message": message,
-            "details": [jsonrpc::error_info(reason, Map::new())],
+            "details": [{
+                "@type": jsonrpc::ERROR_INFO_TYPE,
+                "reason": reason,
+                "domain": "mur",
+                "metadata": {},
+            }],
         }}),
     );
     r.headers.push(("WWW-Authenticate", challenge.into()));

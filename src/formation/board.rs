@@ -234,6 +234,8 @@ struct Inner {
     running: Option<String>,
     queued: VecDeque<String>,
     closed: bool,
+    /// [`KEEP_FINISHED`] and [`KEEP_HISTORY_BYTES`] (smaller in tests).
+    keep: (usize, usize),
 }
 
 /// One member's task store, shared by its session, its door and in-process callers.
@@ -247,11 +249,22 @@ pub struct Board {
 impl Board {
     /// A board and the receiver its session takes tasks from.
     pub fn new(acceptance: TaskAcceptance) -> (Board, Receiver<Incoming>) {
+        Board::with_retention(acceptance, KEEP_FINISHED, KEEP_HISTORY_BYTES)
+    }
+
+    fn with_retention(
+        acceptance: TaskAcceptance,
+        finished: usize,
+        bytes: usize,
+    ) -> (Board, Receiver<Incoming>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         (
             Board {
                 acceptance,
-                inner: Mutex::new(Inner::default()),
+                inner: Mutex::new(Inner {
+                    keep: (finished, bytes),
+                    ..Inner::default()
+                }),
                 changed: Condvar::new(),
                 inbox: tx,
             },
@@ -541,9 +554,8 @@ impl Board {
     /// Forgets the oldest finished tasks while over [`KEEP_FINISHED`] or
     /// [`KEEP_HISTORY_BYTES`].
     fn trim(g: &mut Inner) {
-        while g.finished.len() > KEEP_FINISHED
-            || (g.finished_bytes > KEEP_HISTORY_BYTES && !g.finished.is_empty())
-        {
+        let (keep, bytes) = g.keep;
+        while g.finished.len() > keep || (g.finished_bytes > bytes && !g.finished.is_empty()) {
             if let Some(old) = g.finished.pop_front() {
                 let bytes = g.tasks.remove(&old).map_or(0, |r| r.bytes);
                 g.finished_bytes = g.finished_bytes.saturating_sub(bytes);
@@ -590,6 +602,76 @@ mod tests {
         let g = b.get(&t1.id).unwrap();
         assert!(g.no_answer);
         assert_eq!(b.submit("three", Origin::Client).state, State::Submitted);
+    }
+
+    fn done(b: &Board, id: &str) {
+        b.finish(
+            id,
+            Final {
+                state: State::Completed,
+                message: None,
+                answer: Some("ok".into()),
+                no_answer: false,
+                no_answer_below: vec![],
+            },
+        );
+    }
+
+    #[test]
+    fn history_is_the_request_then_earlier_status_messages_and_is_bounded() {
+        let (b, rx) = Board::new(TaskAcceptance::Reject);
+        let t = b.submit("hi", Origin::Client);
+        let mut m = Message::user("hi");
+        m.message_id = "m-1".into();
+        b.set_request(&t.id, m);
+        let inc = rx.try_recv().unwrap();
+        assert!(b.start(&inc.id));
+        for i in 0..(MAX_AGENT_HISTORY + 5) {
+            b.status(&inc.id, &format!("step {i}"));
+        }
+        done(&b, &inc.id);
+        let (snap, h) = b.get_with_history(&t.id).unwrap();
+        assert_eq!(snap.state, State::Completed);
+        assert_eq!(h.len(), 1 + MAX_AGENT_HISTORY);
+        assert_eq!(h[0].message_id, "m-1");
+        assert_eq!(h[0].task_id.as_deref(), Some(t.id.as_str()));
+        // The oldest agent messages went first; the last status message before the
+        // end is the newest in history.
+        assert_eq!(h[1].text_content(), "step 5");
+        assert_eq!(
+            h.last().unwrap().text_content(),
+            format!("step {}", MAX_AGENT_HISTORY + 4)
+        );
+        assert!(h[1..]
+            .iter()
+            .all(|m| m.role == crate::a2a::types::Role::Agent));
+    }
+
+    #[test]
+    fn finished_tasks_are_forgotten_oldest_first_past_the_history_bytes() {
+        let (b, rx) = Board::with_retention(TaskAcceptance::Queue, 100, 3600);
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let t = b.submit("x", Origin::Client);
+            b.set_request(&t.id, Message::user("y".repeat(1000 + i)));
+            let inc = rx.try_recv().unwrap();
+            assert!(b.start(&inc.id));
+            done(&b, &inc.id);
+            ids.push(t.id);
+        }
+        // About 1 KB each: the fourth pushed the first out; the rest stay.
+        assert!(b.get(&ids[0]).is_none());
+        for id in &ids[1..] {
+            assert!(b.get(id).is_some(), "{id}");
+        }
+        assert_eq!(b.list().len(), 3);
+        let (b, _rx) = Board::with_retention(TaskAcceptance::Reject, 2, usize::MAX);
+        let t: Vec<_> = (0..3).map(|_| b.submit("x", Origin::Client)).collect();
+        // One running, two refused busy (finished): within two finished, all stay.
+        assert_eq!(b.list().len(), 3);
+        let _fourth = b.submit("x", Origin::Client);
+        assert!(b.get(&t[1].id).is_none(), "the oldest finished went first");
+        assert!(b.get(&t[0].id).is_some(), "a running task is never forgotten");
     }
 
     #[test]
