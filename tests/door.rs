@@ -264,7 +264,10 @@ fn card_is_public_with_cache_headers_and_the_door_url() {
     assert_eq!(again.body, "");
     // Last-Modified beside the ETag, the same on every read of an unchanged card, and
     // If-Modified-Since answered with 304 when nothing changed since.
-    let modified = r.header("last-modified").expect("last-modified").to_string();
+    let modified = r
+        .header("last-modified")
+        .expect("last-modified")
+        .to_string();
     assert!(modified.ends_with(" GMT"), "{modified}");
     assert_eq!(again.header("last-modified"), Some(modified.as_str()));
     let since = raw(
@@ -1254,7 +1257,11 @@ fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
     sorted.sort_by(|x, y| y.cmp(x));
     assert_eq!(stamps, sorted, "newest first");
     assert!(tasks.iter().all(|t| t.get("artifacts").is_none()), "{all}");
-    assert_eq!(tasks[0]["id"], slow.id.as_str(), "the slow task changed last");
+    assert_eq!(
+        tasks[0]["id"],
+        slow.id.as_str(),
+        "the slow task changed last"
+    );
 
     // Pages of two, each token continuing where the last page ended, no overlap.
     let mut seen = Vec::new();
@@ -1277,7 +1284,10 @@ fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
     assert_eq!(seen, listed);
 
     // Filters: context, state, time; artifacts and history on request.
-    let v = list(a, json!({"contextId": "odd", "includeArtifacts": true, "historyLength": 1}));
+    let v = list(
+        a,
+        json!({"contextId": "odd", "includeArtifacts": true, "historyLength": 1}),
+    );
     let odd = v["result"]["tasks"].as_array().unwrap();
     assert_eq!(odd.len(), 2, "{v}");
     assert!(odd.iter().all(|t| t["contextId"] == "odd"));
@@ -1289,7 +1299,10 @@ fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
     let v = list(a, json!({"statusTimestampAfter": "2999-01-01T00:00:00Z"}));
     assert_eq!(v["result"]["tasks"], json!([]), "{v}");
     assert_eq!(v["result"]["nextPageToken"], "");
-    let v = list(a, json!({"statusTimestampAfter": "2000-01-01T02:00:00+02:00", "historyLength": 0}));
+    let v = list(
+        a,
+        json!({"statusTimestampAfter": "2000-01-01T02:00:00+02:00", "historyLength": 0}),
+    );
     assert_eq!(v["result"]["totalSize"], 6, "{v}");
     assert!(v["result"]["tasks"][0].get("history").is_none(), "{v}");
 
@@ -1300,7 +1313,10 @@ fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
         (json!({"pageSize": "ten"}), "pageSize"),
         (json!({"pageToken": "not-a-token"}), "pageToken"),
         (json!({"status": "TASK_STATE_PONDERING"}), "status"),
-        (json!({"statusTimestampAfter": "2026-10-27T10:00:00"}), "statusTimestampAfter"),
+        (
+            json!({"statusTimestampAfter": "2026-10-27T10:00:00"}),
+            "statusTimestampAfter",
+        ),
         (json!({"includeArtifacts": "yes"}), "includeArtifacts"),
         (json!({"historyLength": -1}), "historyLength"),
     ] {
@@ -1479,9 +1495,11 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
 
     // SendMessage (blocking) answers the finished task with its history: the client's
     // message as sent, with the task's ids filled in.
-    let v = call(json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"messageId": "m-hist-1", "contextId": "ctx-a", "role": "ROLE_USER",
-            "parts": [{"text": "what is first?"}], "metadata": {"k": "v"}}}}));
+            "parts": [{"text": "what is first?"}], "metadata": {"k": "v"}}}}),
+    );
     let task = &v["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
     let id = task["id"].as_str().unwrap().to_string();
@@ -1505,8 +1523,10 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     assert_eq!(v["result"]["history"].as_array().unwrap().len(), 1, "{v}");
 
     // A second task in another context; ListTasks sees both, filters by context.
-    let v = call(json!({"jsonrpc": "2.0", "id": 5, "method": "SendMessage", "params": {
-        "message": {"messageId": "m-hist-2", "role": "ROLE_USER", "parts": [{"text": "and second?"}]}}}));
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-hist-2", "role": "ROLE_USER", "parts": [{"text": "and second?"}]}}}),
+    );
     let second = v["result"]["task"]["id"].as_str().unwrap().to_string();
     let v = call(json!({"jsonrpc": "2.0", "id": 6, "method": "ListTasks", "params": {}}));
     let listed: Vec<&str> = v["result"]["tasks"]
@@ -1539,7 +1559,9 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     let lines = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
     for t in [&id, &second] {
         assert_eq!(
-            lines(&format!("task {t} received from client; TASK_STATE_SUBMITTED")),
+            lines(&format!(
+                "task {t} received from client; TASK_STATE_SUBMITTED"
+            )),
             1,
             "{log}"
         );
@@ -1563,5 +1585,9 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     assert_eq!(lines("HTTP 401, bearer token missing"), 1, "{log}");
     assert_eq!(lines("refused a request from 127.0.0.1:"), 3, "{log}");
     assert_eq!(lines(" -32700 Invalid JSON: "), 1, "{log}");
-    assert!(log.lines().all(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR ")), "{log}");
+    assert!(
+        log.lines()
+            .all(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR ")),
+        "{log}"
+    );
 }

@@ -154,7 +154,8 @@ impl App {
         if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
             return Err(AuthRefusal::Missing);
         }
-        if !self.token.is_empty() && constant_time_eq(token.trim().as_bytes(), self.token.as_bytes())
+        if !self.token.is_empty()
+            && constant_time_eq(token.trim().as_bytes(), self.token.as_bytes())
         {
             Ok(())
         } else {
@@ -358,7 +359,11 @@ impl App {
             .into_iter()
             .filter(|t| p.context_id.as_ref().is_none_or(|c| &t.context_id == c))
             .filter(|t| p.status.as_ref().is_none_or(|s| &t.state == s))
-            .filter(|t| p.after.as_ref().is_none_or(|a| t.timestamp.as_str() >= a.as_str()))
+            .filter(|t| {
+                p.after
+                    .as_ref()
+                    .is_none_or(|a| t.timestamp.as_str() >= a.as_str())
+            })
             .collect();
         // Most recently updated first; the id breaks ties so pages never overlap.
         matching.sort_by(|a, b| (&b.timestamp, &b.id).cmp(&(&a.timestamp, &a.id)));
@@ -548,7 +553,13 @@ fn short(s: &str) -> String {
 /// Whether an input mode (`text/plain`, `image/*`, `*/*`) covers a media type;
 /// parameters are ignored, case too.
 fn media_type_covers(mode: &str, media: &str) -> bool {
-    let essence = |m: &str| m.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = |m: &str| {
+        m.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
     let (mode, media) = (essence(mode), essence(media));
     if mode == "*/*" || mode == media {
         return true;
@@ -594,7 +605,10 @@ impl SendParams {
         let message: Message = serde_json::from_value(m.clone())
             .map_err(|e| RpcError::invalid_params(format!("Failed to parse message field: {e}")))?;
         if message.message_id.trim().is_empty() {
-            return Err(RpcError::validation("message.messageId", "Field is required."));
+            return Err(RpcError::validation(
+                "message.messageId",
+                "Field is required.",
+            ));
         }
         if message.parts.is_empty() {
             return Err(RpcError::validation(

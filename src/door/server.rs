@@ -437,6 +437,14 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
             continue;
         }
         if length > limits.max_body_bytes {
+            log::info!(
+                target: "mur::door",
+                "refused a request from {}: HTTP 413, a body of {length} bytes is over the {} byte limit",
+                stream
+                    .peer_addr()
+                    .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string()),
+                limits.max_body_bytes
+            );
             let mut r = service.too_large(limits.max_body_bytes);
             r.close = true;
             let _ = write_response(&mut stream, &r, false);

@@ -671,7 +671,10 @@ mod tests {
         assert_eq!(b.list().len(), 3);
         let _fourth = b.submit("x", Origin::Client);
         assert!(b.get(&t[1].id).is_none(), "the oldest finished went first");
-        assert!(b.get(&t[0].id).is_some(), "a running task is never forgotten");
+        assert!(
+            b.get(&t[0].id).is_some(),
+            "a running task is never forgotten"
+        );
     }
 
     #[test]
