@@ -95,9 +95,11 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// refuse it (a task created straight into `TASK_STATE_REJECTED` with a status
     /// message, e.g. [`BUSY_MESSAGE`](crate::a2a::BUSY_MESSAGE)).
     ///
-    /// The door calls it only for a message that names no `taskId` and has at least
-    /// one part; a message continuing a task is answered by the door itself (-32001
-    /// unknown task, -32004 otherwise).
+    /// The door calls it only for a message that names no `taskId`, has a
+    /// `messageId` and at least one part, each part carrying something and, unless it
+    /// is text, of a media type the card's `defaultInputModes` cover; a message
+    /// continuing a task is answered by the door itself (-32001 unknown task, -32004
+    /// otherwise).
     fn submit(&self, message: Message) -> Task;
 
     /// The task with this id, or `None` when there is none.

@@ -709,8 +709,15 @@ fn answer_and_close(mut stream: TcpStream, status: u16) {
     let peer = stream
         .peer_addr()
         .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
-    log::info!(
+    // 503 is load shedding, which can come in floods: debug only.
+    let level = if status == 503 {
+        log::Level::Debug
+    } else {
+        log::Level::Info
+    };
+    log::log!(
         target: "mur::door",
+        level,
         "refused a request from {peer}: HTTP {status} {}",
         reason(status)
     );
