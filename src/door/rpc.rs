@@ -1019,6 +1019,39 @@ mod tests {
     }
 
     #[test]
+    fn media_types_timestamps_and_cursors() {
+        assert!(media_type_covers("text/plain", "Text/Plain; charset=utf-8"));
+        assert!(media_type_covers("image/*", "image/png"));
+        assert!(media_type_covers("*/*", "application/json"));
+        assert!(!media_type_covers("text/plain", "application/json"));
+        assert!(!media_type_covers("image/*", "text/plain"));
+        let z = parse_timestamp("2026-10-27T10:00:00Z").unwrap();
+        assert_eq!(parse_timestamp("2026-10-27T12:00:00+02:00"), Some(z));
+        assert_eq!(parse_timestamp("2026-10-27T08:30:00-01:30"), Some(z));
+        assert_eq!(
+            humantime::format_rfc3339_micros(parse_timestamp("2026-10-27T10:00:00.5Z").unwrap())
+                .to_string(),
+            "2026-10-27T10:00:00.500000Z"
+        );
+        for bad in [
+            "2026-10-27T10:00:00",
+            "yesterday",
+            "2026-10-27T10:00:00+25:00",
+            "",
+        ] {
+            assert!(parse_timestamp(bad).is_none(), "{bad}");
+        }
+        let t = encode_cursor("2026-10-27T10:00:00.000001Z", "tsk_1");
+        assert_eq!(
+            decode_cursor(&t),
+            Some(("2026-10-27T10:00:00.000001Z".into(), "tsk_1".into()))
+        );
+        for bad in ["", "zz", "abc", &encode_cursor("not-a-time", "tsk_1")] {
+            assert!(decode_cursor(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
     fn versions_of_major_one_pass() {
         for v in ["1.0", "1", "1.0.3", "1.1"] {
             assert!(check_version(&head(Some(v))).is_ok(), "{v}");
