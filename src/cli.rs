@@ -53,6 +53,18 @@ pub enum Command {
     /// the door refuses to start (there is no unauthenticated mode). Prints "door: URL"
     /// on stdout once it listens; SIGINT or SIGTERM ends it cleanly with session_end.
     ///
+    /// Serves SendMessage, GetTask, ListTasks (filters, pages of 1 to 100, history
+    /// length) and CancelTask; a task's history is the client's message and the agent's
+    /// earlier status messages. It keeps every unfinished task and the 1000 most recent
+    /// finished ones within 64 MiB of history. A missing or wrong token is HTTP 401
+    /// with a JSON body saying which; a body that is not application/json is HTTP 415.
+    ///
+    /// Logs to stderr at info unless RUST_LOG says otherwise (target mur::door): one
+    /// line per task when it is received, at each state change, and at its end with
+    /// its state and duration; one line per refused request (401, 415, parse and other
+    /// JSON-RPC errors) with the peer's address. No line holds the token or a task's
+    /// text.
+    ///
     /// $ MURMUR_DOOR_TOKEN=$(cat token) mur door examples/formation/critic --listen 0.0.0.0:7431
     Door(DoorArgs),
     /// Validate a capsule's murmur.yaml and print every error.

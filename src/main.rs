@@ -29,10 +29,16 @@ fn usage(message: impl Into<String>) -> Fail {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+    let cli = Cli::parse();
+    // `mur door` is a server: its task and refused-request lines (target mur::door)
+    // show at info unless RUST_LOG says otherwise.
+    let default_filter = match cli.command {
+        Command::Door(_) => "warn,mur::door=info",
+        _ => "warn",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter))
         .format_timestamp_millis()
         .init();
-    let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {

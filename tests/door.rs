@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use mur::a2a::types::{AgentCard, AgentSkill, Message, Task, TaskState};
 use mur::a2a::{A2aClient, ClientError, BUSY_MESSAGE};
-use mur::door::{CancelError, Door, DoorLimits, TaskBook, TaskHandler};
+use mur::door::{CancelError, Door, DoorLimits, TaskBook, TaskHandler, TaskIndex};
 use support::sdk;
 
 const TOKEN: &str = "s3cret-formation-token";
@@ -74,6 +74,10 @@ impl TaskHandler for Echo {
 
     fn wait_terminal(&self, task_id: &str, timeout: Duration) -> Option<Task> {
         self.book.wait_terminal(task_id, timeout)
+    }
+
+    fn list(&self) -> Option<Vec<TaskIndex>> {
+        Some(self.book.list())
     }
 
     fn card(&self) -> AgentCard {
@@ -258,6 +262,28 @@ fn card_is_public_with_cache_headers_and_the_door_url() {
     );
     assert_eq!(again.status, 304);
     assert_eq!(again.body, "");
+    // Last-Modified beside the ETag, the same on every read of an unchanged card, and
+    // If-Modified-Since answered with 304 when nothing changed since.
+    let modified = r
+        .header("last-modified")
+        .expect("last-modified")
+        .to_string();
+    assert!(modified.ends_with(" GMT"), "{modified}");
+    assert_eq!(again.header("last-modified"), Some(modified.as_str()));
+    let since = raw(
+        d.local_addr(),
+        format!(
+            "GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nIf-Modified-Since: {modified}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(since.status, 304);
+    let old = raw(
+        d.local_addr(),
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(old.status, 200);
+    assert_eq!(old.header("last-modified"), Some(modified.as_str()));
     // The client reads the same card.
     let c = A2aClient::new(d.url(), "");
     assert_eq!(
@@ -327,7 +353,7 @@ fn blocking_send_is_bounded_by_send_wait() {
 }
 
 #[test]
-fn cancel_task_then_cancel_again_is_not_cancelable() {
+fn cancel_is_idempotent_and_a_finished_task_is_not_cancelable() {
     let d = door();
     let c = A2aClient::new(d.url(), TOKEN);
     let t = c.send_message("slow job", None, true).unwrap();
@@ -340,13 +366,26 @@ fn cancel_task_then_cancel_again_is_not_cancelable() {
         v["result"]["status"]["message"]["parts"][0]["text"],
         "canceled by client request"
     );
+    // A second cancel of a canceled task answers the task as it is, byte for byte.
+    let again = rpc(
+        d.local_addr(),
+        &json!({"jsonrpc": "2.0", "id": "c1", "method": "CancelTask", "params": {"id": t.id}}),
+    );
+    assert_eq!(again, v);
+    assert_eq!(
+        c.cancel_task(&t.id).unwrap().status.state,
+        TaskState::Canceled
+    );
+    // A task that finished any other way still cannot be canceled.
+    let done = c.send_message("quick", None, false).unwrap();
+    assert_eq!(done.status.state, TaskState::Completed);
     let v = rpc(
         d.local_addr(),
-        &json!({"jsonrpc": "2.0", "id": "e2", "method": "CancelTask", "params": {"id": t.id}}),
+        &json!({"jsonrpc": "2.0", "id": "e2", "method": "CancelTask", "params": {"id": done.id}}),
     );
     assert_error(&v, &json!("e2"), -32002, Some("TASK_NOT_CANCELABLE"));
     assert_eq!(v["error"]["message"], "Task cannot be canceled");
-    let e = c.cancel_task(&t.id).unwrap_err();
+    let e = c.cancel_task(&done.id).unwrap_err();
     assert_eq!(e.rpc_code(), Some(-32002), "{e}");
 }
 
@@ -385,29 +424,52 @@ fn a_busy_handler_rejects_straight_into_rejected() {
 }
 
 #[test]
-fn missing_or_wrong_token_is_a_bare_401() {
+fn a_missing_or_wrong_token_is_a_401_whose_body_says_which() {
     let d = door();
     let addr = d.local_addr();
     let body = get_task("x").to_string();
-    let cases: Vec<Raw> = vec![
-        post(addr, None, Some("1.0"), &body),
-        post(addr, Some("wrong"), Some("1.0"), &body),
-        post(addr, Some(""), Some("1.0"), &body),
-        post(addr, Some(&format!("{TOKEN}x")), Some("1.0"), &body),
+    let missing = "no bearer token: send the header Authorization: Bearer <token>";
+    let wrong = "the bearer token is not this door's token";
+    let cases: Vec<(Raw, &str, &str, &str)> = vec![
+        (post(addr, None, Some("1.0"), &body), missing, "BEARER_TOKEN_MISSING", "Bearer"),
+        (post(addr, Some(""), Some("1.0"), &body), missing, "BEARER_TOKEN_MISSING", "Bearer"),
+        (
+            post(addr, Some("wrong"), Some("1.0"), &body),
+            wrong,
+            "BEARER_TOKEN_WRONG",
+            "Bearer error=\"invalid_token\"",
+        ),
+        (
+            post(addr, Some(&format!("{TOKEN}x")), Some("1.0"), &body),
+            wrong,
+            "BEARER_TOKEN_WRONG",
+            "Bearer error=\"invalid_token\"",
+        ),
         // Auth comes before anything else: a malformed body or a missing version
         // reveals nothing either.
-        post(addr, None, None, "{not json"),
-        raw(
-            addr,
-            format!("POST / HTTP/1.1\r\nAuthorization: Basic {TOKEN}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}")
-                .as_bytes(),
+        (post(addr, None, None, "{not json"), missing, "BEARER_TOKEN_MISSING", "Bearer"),
+        (
+            raw(
+                addr,
+                format!("POST / HTTP/1.1\r\nAuthorization: Basic {TOKEN}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}")
+                    .as_bytes(),
+            ),
+            missing,
+            "BEARER_TOKEN_MISSING",
+            "Bearer",
         ),
     ];
-    for r in cases {
+    for (r, message, reason, challenge) in cases {
         assert_eq!(r.status, 401);
-        assert_eq!(r.body, "");
-        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
-        assert!(r.header("content-type").is_none());
+        assert_eq!(r.header("www-authenticate"), Some(challenge));
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        assert!(!r.body.contains(TOKEN), "{}", r.body);
+        assert_eq!(
+            r.json(),
+            json!({"error": {"code": 401, "status": "UNAUTHENTICATED", "message": message,
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": reason, "domain": "mur", "metadata": {}}]}})
+        );
     }
     let c = A2aClient::new(d.url(), "wrong");
     let e = c.get_task("x").unwrap_err();
@@ -925,7 +987,7 @@ fn bare_lf_line_endings_are_answered_at_once() {
     assert!(r.json()["name"].is_string());
     let body = get_task("x").to_string();
     let req = format!(
-        "POST / HTTP/1.1\nAuthorization: Bearer {TOKEN}\nA2A-Version: 1.0\r\nContent-Length: {}\nConnection: close\n\n{body}",
+        "POST / HTTP/1.1\nAuthorization: Bearer {TOKEN}\nA2A-Version: 1.0\r\nContent-Type: application/json\nContent-Length: {}\nConnection: close\n\n{body}",
         body.len()
     );
     let r = raw(a, req.as_bytes());
@@ -981,7 +1043,7 @@ fn keep_alive_serves_several_requests_on_one_connection() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let body = get_task("x").to_string();
     let one = format!(
-        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     // Two pipelined, then a third after the answers.
@@ -1044,7 +1106,7 @@ fn other_paths_and_methods_and_garbage_are_answered_plainly() {
     let body = get_task("x").to_string();
     let r = raw(
         a,
-        format!("POST /?q=1 HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+        format!("POST /?q=1 HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
     );
     assert_eq!(r.json()["error"]["code"], -32001);
 }
@@ -1174,4 +1236,378 @@ fn sdk_server_fail_mode_fails_every_task() {
     let c = A2aClient::new(server.url.clone(), TOKEN);
     let t = c.send_message("anything", None, false).unwrap();
     assert_eq!(t.status.state, TaskState::Failed, "{t:?}");
+}
+
+fn list(addr: SocketAddr, params: Value) -> Value {
+    rpc(
+        addr,
+        &json!({"jsonrpc": "2.0", "id": "l1", "method": "ListTasks", "params": params}),
+    )
+}
+
+#[test]
+fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
+    let d = door_with(Echo::new(0, 0), DoorLimits::default());
+    let a = d.local_addr();
+    let c = A2aClient::new(d.url(), TOKEN);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let ctx = if i % 2 == 0 { "even" } else { "odd" };
+        let v = rpc(
+            a,
+            &json!({"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {
+                "message": {"messageId": format!("m{i}"), "contextId": ctx, "role": "ROLE_USER", "parts": [{"text": format!("t{i}")}]}}}),
+        );
+        ids.push(v["result"]["task"]["id"].as_str().unwrap().to_string());
+    }
+    let slow = c.send_message("slow one", None, true).unwrap();
+
+    // Everything, most recently updated first, artifacts left out by default.
+    let all = list(a, json!({}));
+    let r = &all["result"];
+    assert_eq!(r["totalSize"], 6, "{all}");
+    assert_eq!(r["pageSize"], 50);
+    assert_eq!(r["nextPageToken"], "");
+    let tasks = r["tasks"].as_array().unwrap();
+    let stamps: Vec<&str> = tasks
+        .iter()
+        .map(|t| t["status"]["timestamp"].as_str().unwrap())
+        .collect();
+    let mut sorted = stamps.clone();
+    sorted.sort_by(|x, y| y.cmp(x));
+    assert_eq!(stamps, sorted, "newest first");
+    assert!(tasks.iter().all(|t| t.get("artifacts").is_none()), "{all}");
+    assert_eq!(
+        tasks[0]["id"],
+        slow.id.as_str(),
+        "the slow task changed last"
+    );
+
+    // Pages of two, each token continuing where the last page ended, no overlap.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    for page in 0..3 {
+        let v = list(a, json!({"pageSize": 2, "pageToken": token}));
+        let r = &v["result"];
+        assert_eq!(r["pageSize"], 2);
+        assert_eq!(r["totalSize"], 6);
+        for t in r["tasks"].as_array().unwrap() {
+            seen.push(t["id"].as_str().unwrap().to_string());
+        }
+        token = r["nextPageToken"].as_str().unwrap().to_string();
+        assert_eq!(token.is_empty(), page == 2, "{v}");
+    }
+    let listed: Vec<String> = tasks
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(seen, listed);
+
+    // Filters: context, state, time; artifacts and history on request.
+    let v = list(
+        a,
+        json!({"contextId": "odd", "includeArtifacts": true, "historyLength": 1}),
+    );
+    let odd = v["result"]["tasks"].as_array().unwrap();
+    assert_eq!(odd.len(), 2, "{v}");
+    assert!(odd.iter().all(|t| t["contextId"] == "odd"));
+    assert_eq!(odd[0]["artifacts"][0]["parts"][0]["text"], "echo: t3");
+    assert_eq!(odd[0]["history"].as_array().unwrap().len(), 1, "{v}");
+    let v = list(a, json!({"status": "TASK_STATE_WORKING"}));
+    assert_eq!(v["result"]["totalSize"], 1, "{v}");
+    assert_eq!(v["result"]["tasks"][0]["id"], slow.id.as_str());
+    let v = list(a, json!({"statusTimestampAfter": "2999-01-01T00:00:00Z"}));
+    assert_eq!(v["result"]["tasks"], json!([]), "{v}");
+    assert_eq!(v["result"]["nextPageToken"], "");
+    let v = list(
+        a,
+        json!({"statusTimestampAfter": "2000-01-01T02:00:00+02:00", "historyLength": 0}),
+    );
+    assert_eq!(v["result"]["totalSize"], 6, "{v}");
+    assert!(v["result"]["tasks"][0].get("history").is_none(), "{v}");
+
+    // What does not parse is -32602, naming the field.
+    for (params, field) in [
+        (json!({"pageSize": 0}), "pageSize"),
+        (json!({"pageSize": 101}), "pageSize"),
+        (json!({"pageSize": "ten"}), "pageSize"),
+        (json!({"pageToken": "not-a-token"}), "pageToken"),
+        (json!({"status": "TASK_STATE_PONDERING"}), "status"),
+        (
+            json!({"statusTimestampAfter": "2026-10-27T10:00:00"}),
+            "statusTimestampAfter",
+        ),
+        (json!({"includeArtifacts": "yes"}), "includeArtifacts"),
+        (json!({"historyLength": -1}), "historyLength"),
+    ] {
+        let v = list(a, params.clone());
+        assert_error(&v, &json!("l1"), -32602, Some("INVALID_PARAMS"));
+        let why = v["error"]["data"][0]["metadata"]["parseError"]
+            .as_str()
+            .unwrap();
+        assert!(why.contains(field), "{params}: {why}");
+    }
+    let _ = ids;
+}
+
+#[test]
+fn push_notification_config_methods_are_not_supported_while_the_card_says_so() {
+    let d = door();
+    let card = A2aClient::new(d.url(), "").agent_card().unwrap();
+    assert!(!card.capabilities.push_notifications);
+    for method in [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ] {
+        let v = rpc(
+            d.local_addr(),
+            &json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"taskId": "t", "id": "c"}}),
+        );
+        assert_eq!(
+            v,
+            json!({"error": {"code": -32003, "message": "Push notifications are not supported by the agent",
+                "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "PUSH_NOTIFICATION_NOT_SUPPORTED", "domain": "a2a-protocol.org", "metadata": {}}]},
+                "id": 7, "jsonrpc": "2.0"}),
+            "{method}"
+        );
+    }
+}
+
+#[test]
+fn a_body_that_is_not_application_json_is_415_before_it_is_parsed() {
+    let d = door();
+    let a = d.local_addr();
+    let body = get_task("x").to_string();
+    let with = |ct: Option<&str>, body: &str| {
+        let mut req = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nA2A-Version: 1.0\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(ct) = ct {
+            req.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        raw(a, req.as_bytes())
+    };
+    for (ct, shown) in [
+        (Some("text/plain"), "Content-Type 'text/plain'"),
+        (
+            Some("application/x-www-form-urlencoded"),
+            "Content-Type 'application/x-www-form-urlencoded'",
+        ),
+        (None, "no Content-Type"),
+    ] {
+        // Not parsed: a body that is not even JSON gets the same answer.
+        for b in [body.as_str(), "{not json"] {
+            let r = with(ct, b);
+            assert_eq!(r.status, 415, "{ct:?}");
+            let v = r.json();
+            assert_error(&v, &Value::Null, -32005, Some("CONTENT_TYPE_NOT_SUPPORTED"));
+            assert_eq!(
+                v["error"]["message"],
+                format!("Unsupported media type: the request has {shown}; send the JSON-RPC request as Content-Type: application/json")
+            );
+        }
+    }
+    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+        let r = with(Some(ct), &body);
+        assert_eq!(r.status, 200, "{ct}");
+        assert_eq!(r.json()["error"]["code"], -32001, "{ct}");
+    }
+}
+
+#[test]
+fn message_id_is_required_and_parts_must_carry_what_the_card_takes() {
+    let d = door();
+    let a = d.local_addr();
+    let send_parts = |message: Value| {
+        rpc(
+            a,
+            &json!({"jsonrpc": "2.0", "id": "p", "method": "SendMessage", "params": {
+                "message": message, "configuration": {"returnImmediately": true}}}),
+        )
+    };
+    let violation = |v: &Value, field: &str, description: &str| {
+        assert_error(v, &json!("p"), -32602, Some("INVALID_PARAMS"));
+        assert_eq!(v["error"]["message"], "Validation failed", "{v}");
+        assert_eq!(
+            v["error"]["data"][1]["fieldViolations"],
+            json!([{"field": field, "description": description}]),
+            "{v}"
+        );
+    };
+    let v = send_parts(json!({"role": "ROLE_USER", "parts": [{"text": "hi"}]}));
+    violation(&v, "message.messageId", "Field is required.");
+    let v = send_parts(json!({"messageId": "", "role": "ROLE_USER", "parts": [{"text": "hi"}]}));
+    violation(&v, "message.messageId", "Field is required.");
+    let v = send_parts(
+        json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}, {"mediaType": "text/plain"}]}),
+    );
+    violation(
+        &v,
+        "message.parts[1]",
+        "Part must carry one of text, data, url or raw.",
+    );
+    for (part, kind, media) in [
+        (json!({"data": {"k": 1}}), "data", "application/json"),
+        (
+            json!({"url": "https://example.org/a.png", "mediaType": "image/png"}),
+            "url",
+            "image/png",
+        ),
+        (json!({"raw": "dGNr"}), "raw", "application/octet-stream"),
+    ] {
+        let v = send_parts(
+            json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "see this"}, part]}),
+        );
+        assert_error(&v, &json!("p"), -32005, Some("CONTENT_TYPE_NOT_SUPPORTED"));
+        assert_eq!(
+            v["error"]["message"],
+            format!("Incompatible content types: message part 1 is a {kind} part ({media}); this agent takes text/plain")
+        );
+    }
+    // A text part is read as text whatever its mediaType says.
+    let v = send_parts(
+        json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "# hi", "mediaType": "text/markdown"}]}),
+    );
+    assert!(v["result"]["task"]["id"].is_string(), "{v}");
+}
+
+#[test]
+fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secrets() {
+    let token = "door-secret-token-4711";
+    let c = support::Capsule::scripted(
+        &[],
+        "",
+        "- text: \"first answer\"\n- text: \"second answer\"\n",
+    );
+    let log_path = c.root.path().join("door.log");
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("door: ").unwrap().to_string();
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let call = |body: Value| {
+        let r = post(addr, Some(token), Some("1.0"), &body.to_string());
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    };
+
+    // SendMessage (blocking) answers the finished task with its history: the client's
+    // message as sent, with the task's ids filled in.
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-hist-1", "contextId": "ctx-a", "role": "ROLE_USER",
+            "parts": [{"text": "what is first?"}], "metadata": {"k": "v"}}}}),
+    );
+    let task = &v["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
+    let id = task["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        task["history"][0],
+        json!({"messageId": "m-hist-1", "role": "ROLE_USER", "parts": [{"text": "what is first?"}],
+            "contextId": "ctx-a", "taskId": id, "metadata": {"k": "v"}}),
+        "{v}"
+    );
+    // GetTask trims it: 0 = none, 1 = the last message.
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id, "historyLength": 0}}),
+    );
+    assert!(v["result"].get("history").is_none(), "{v}");
+    let v = call(json!({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": id}}));
+    let full = v["result"]["history"].as_array().unwrap().len();
+    assert!(full >= 1, "{v}");
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"id": id, "historyLength": 1}}),
+    );
+    assert_eq!(v["result"]["history"].as_array().unwrap().len(), 1, "{v}");
+
+    // A second task in another context; ListTasks sees both, filters by context.
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-hist-2", "role": "ROLE_USER", "parts": [{"text": "and second?"}]}}}),
+    );
+    let second = v["result"]["task"]["id"].as_str().unwrap().to_string();
+    let v = call(json!({"jsonrpc": "2.0", "id": 6, "method": "ListTasks", "params": {}}));
+    let listed: Vec<&str> = v["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, vec![second.as_str(), id.as_str()], "{v}");
+    let v = call(
+        json!({"jsonrpc": "2.0", "id": 7, "method": "ListTasks", "params": {"contextId": "ctx-a"}}),
+    );
+    assert_eq!(v["result"]["totalSize"], 1, "{v}");
+
+    // Refused requests: a wrong token, a missing one, a body that is not JSON.
+    assert_eq!(post(addr, Some("not-it"), Some("1.0"), "{}").status, 401);
+    assert_eq!(post(addr, None, Some("1.0"), "{}").status, 401);
+    let r = post(addr, Some(token), Some("1.0"), "{broken");
+    assert_eq!(r.json()["error"]["code"], -32700);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains(token), "{log}");
+    assert!(!log.contains("what is first?"), "no task text: {log}");
+    let lines = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    for t in [&id, &second] {
+        assert_eq!(
+            lines(&format!(
+                "task {t} received from client; TASK_STATE_SUBMITTED"
+            )),
+            1,
+            "{log}"
+        );
+        assert_eq!(lines(&format!("task {t} TASK_STATE_WORKING")), 1, "{log}");
+        let ended: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("task {t} ended TASK_STATE_COMPLETED after ")))
+            .collect();
+        assert_eq!(ended.len(), 1, "{log}");
+        let secs = ended[0].rsplit("after ").next().unwrap();
+        assert!(
+            secs.ends_with('s') && secs.trim_end_matches('s').parse::<f64>().is_ok(),
+            "{secs}"
+        );
+        // Received, working, ended: in that order.
+        let at = |needle: &str| log.find(needle).unwrap();
+        assert!(at(&format!("task {t} received")) < at(&format!("task {t} TASK_STATE_WORKING")));
+        assert!(at(&format!("task {t} TASK_STATE_WORKING")) < at(&format!("task {t} ended")));
+    }
+    assert_eq!(lines("HTTP 401, bearer token wrong"), 1, "{log}");
+    assert_eq!(lines("HTTP 401, bearer token missing"), 1, "{log}");
+    assert_eq!(lines("refused a request from 127.0.0.1:"), 3, "{log}");
+    assert_eq!(lines(" -32700 Invalid JSON: "), 1, "{log}");
+    assert!(
+        log.lines()
+            .all(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR ")),
+        "{log}"
+    );
 }

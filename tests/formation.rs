@@ -995,7 +995,7 @@ fn raw_get_task(door: &Door, id: &str) -> String {
         json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string();
     let mut s = std::net::TcpStream::connect(door.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "POST / HTTP/1.1\r\nAuthorization: Bearer member-token\r\nA2A-Version: 1.0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    write!(s, "POST / HTTP/1.1\r\nAuthorization: Bearer member-token\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let body = out.split_once("\r\n\r\n").unwrap().1;

@@ -14,6 +14,8 @@ pub const SEND_MESSAGE: &str = "SendMessage";
 pub const GET_TASK: &str = "GetTask";
 /// The method that cancels a task.
 pub const CANCEL_TASK: &str = "CancelTask";
+/// The method that lists tasks (A2A 1.0 §3.1.4).
+pub const LIST_TASKS: &str = "ListTasks";
 
 /// -32700: the body is not JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -29,9 +31,14 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const TASK_NOT_FOUND: i64 = -32001;
 /// -32002: the task is terminal and cannot be canceled.
 pub const TASK_NOT_CANCELABLE: i64 = -32002;
+/// -32003: push notifications are not supported (the card says
+/// `pushNotifications: false`).
+pub const PUSH_NOTIFICATION_NOT_SUPPORTED: i64 = -32003;
 /// -32004: the operation is not supported (e.g. a message to a finished task).
 pub const UNSUPPORTED_OPERATION: i64 = -32004;
-/// -32005: none of the accepted output modes is one the agent produces.
+/// -32005: a content type the agent does not take or produce: none of the accepted
+/// output modes, a part no input mode covers, or a request body that is not
+/// `application/json`.
 pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
 /// -32009: the `A2A-Version` header is missing (read as 0.3) or not 1.x.
 pub const VERSION_NOT_SUPPORTED: i64 = -32009;
@@ -160,6 +167,7 @@ pub fn reason_for(code: i64) -> &'static str {
     match code {
         TASK_NOT_FOUND => "TASK_NOT_FOUND",
         TASK_NOT_CANCELABLE => "TASK_NOT_CANCELABLE",
+        PUSH_NOTIFICATION_NOT_SUPPORTED => "PUSH_NOTIFICATION_NOT_SUPPORTED",
         UNSUPPORTED_OPERATION => "UNSUPPORTED_OPERATION",
         CONTENT_TYPE_NOT_SUPPORTED => "CONTENT_TYPE_NOT_SUPPORTED",
         VERSION_NOT_SUPPORTED => "VERSION_NOT_SUPPORTED",

@@ -223,6 +223,38 @@ impl Part {
             ..Part::default()
         }
     }
+
+    /// What the part carries: `text`, `data`, `url` or `raw` (the first present, in
+    /// that order); `None` for a part with none of them.
+    pub fn kind(&self) -> Option<&'static str> {
+        if self.text.is_some() {
+            Some("text")
+        } else if self.data.is_some() {
+            Some("data")
+        } else if self.url.is_some() {
+            Some("url")
+        } else if self.raw.is_some() {
+            Some("raw")
+        } else {
+            None
+        }
+    }
+
+    /// The part's media type: its `mediaType` when it has a non-empty one, else
+    /// `text/plain` for text, `application/json` for data and
+    /// `application/octet-stream` for a file (`url` or `raw`). Empty for a part that
+    /// carries nothing.
+    pub fn effective_media_type(&self) -> &str {
+        match self.media_type.as_deref().filter(|m| !m.trim().is_empty()) {
+            Some(m) => m.trim(),
+            None => match self.kind() {
+                Some("text") => "text/plain",
+                Some("data") => "application/json",
+                Some(_) => "application/octet-stream",
+                None => "",
+            },
+        }
+    }
 }
 
 /// One message of a conversation (A2A `Message`).

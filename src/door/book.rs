@@ -201,6 +201,21 @@ impl TaskBook {
         }
     }
 
+    /// Every stored task as a [`super::TaskIndex`], for [`super::TaskHandler::list`].
+    pub fn list(&self) -> Vec<super::TaskIndex> {
+        self.inner
+            .lock()
+            .tasks
+            .values()
+            .map(|t| super::TaskIndex {
+                id: t.id.clone(),
+                context_id: t.context_id.clone(),
+                state: t.status.state.clone(),
+                timestamp: t.status.timestamp.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
     /// Blocks until the task is terminal or `timeout` passes; the task then, `None`
     /// when there is no such task.
     pub fn wait_terminal(&self, id: &str, timeout: Duration) -> Option<Task> {

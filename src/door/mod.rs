@@ -7,21 +7,34 @@
 //!
 //! Routes:
 //!
-//! - `GET /.well-known/agent-card.json`: the public card, with `Cache-Control` and a
-//!   weak `ETag` (`If-None-Match` answers 304).
+//! - `GET /.well-known/agent-card.json`: the public card, with `Cache-Control`, a
+//!   weak `ETag` and `Last-Modified` (when a card with that ETag was first served);
+//!   `If-None-Match`, or else `If-Modified-Since`, answers 304.
 //! - `POST /` (any query string ignored): JSON-RPC `SendMessage`, `GetTask`,
-//!   `CancelTask`. Every POST needs `Authorization: Bearer <token>`; a missing or wrong
-//!   token is a bare HTTP 401 with `WWW-Authenticate: Bearer` and an empty body, checked
-//!   before anything else of the request is read.
+//!   `ListTasks`, `CancelTask`. Every POST needs `Authorization: Bearer <token>`; a
+//!   missing or wrong token is HTTP 401 with `WWW-Authenticate: Bearer` (plus
+//!   `error="invalid_token"` for a wrong one) and a JSON body saying which, never the
+//!   token, checked before anything else of the request is read. Then the
+//!   `Content-Type` must be `application/json`: anything else is HTTP 415 with a
+//!   JSON-RPC -32005 body (id null), before the body is read.
 //!
-//! What `SendMessage` takes: `params.message` with `role` (`ROLE_USER`), at least one
-//! part (a task handler reads the text of the `text` parts) and, by convention, a
-//! `messageId` (not required here); optional `params.configuration.returnImmediately`
-//! (else the call blocks until the task ends, bounded by [`DoorLimits::send_wait`] and
-//! [`DoorLimits::max_blocking_sends`]). How many tasks `GetTask` can still read is the
-//! handler's business: [`TaskBook`] keeps [`book::DEFAULT_CAPACITY`]; the formation
-//! board that `mur door` and formation members serve keeps every unfinished task and
-//! the 1000 most recent finished ones.
+//! What `SendMessage` takes: `params.message` with `role` (`ROLE_USER`), a
+//! `messageId` (required) and at least one part, each carrying text, data, url or raw;
+//! a part other than text must have a media type the card's `defaultInputModes`
+//! cover (-32005 otherwise); a task handler reads the text of the `text` parts.
+//! Optional `params.configuration.returnImmediately` (else the call blocks until the
+//! task ends, bounded by [`DoorLimits::send_wait`] and
+//! [`DoorLimits::max_blocking_sends`]). How many tasks `GetTask` and `ListTasks` can
+//! still read is the handler's business: [`TaskBook`] keeps
+//! [`book::DEFAULT_CAPACITY`]; the formation board that `mur door` and formation
+//! members serve keeps every unfinished task and the 1000 most recent finished ones
+//! within 64 MiB of history. `ListTasks` (A2A 1.0 §3.1.4) filters by `contextId`,
+//! `status` and `statusTimestampAfter`, sorts by status timestamp, newest first, and
+//! pages with an opaque cursor (`pageSize` 1 to 100, default 50); a handler without
+//! [`TaskHandler::list`] answers it -32004.
+//!
+//! Log lines (target `mur::door`, info): one per refused request (HTTP 4xx/5xx refusals
+//! other than 503, and every JSON-RPC error answer), naming the peer, never the token.
 //!
 //! The HTTP server is our own small blocking HTTP/1.1 server on `std::net` (see
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
@@ -43,18 +56,20 @@
 //! | body is not JSON | -32700, id null, `Invalid JSON: …`; a `\uD800`–`\uDFFF` escape without its other half is named with its line and column (serde_json cannot hold it, where the SDK answers -32602) | none |
 //! | a batch, a non-object, `jsonrpc` not `"2.0"`, no `method`, an id that is not a string, number or null | -32600 (id null when the id itself is bad or the body is a batch) | none |
 //! | unknown method, 0.3's `message/send`, `tasks/get`, `tasks/cancel` | -32601 `Method not found` | none |
-//! | A2A 1.0 methods not served (`SendStreamingMessage`, `ListTasks`, push configs, …) | -32004 | ErrorInfo `UNSUPPORTED_OPERATION` |
-//! | params of the wrong shape | -32602 `Invalid params` | ErrorInfo `INVALID_PARAMS`, `metadata.parseError` |
-//! | a missing message or id, empty `message.parts` | -32602 `Validation failed` | ErrorInfo + `google.rpc.BadRequest` |
+//! | push-notification config methods (the card says `pushNotifications: false`) | -32003 `Push notifications are not supported by the agent` | ErrorInfo `PUSH_NOTIFICATION_NOT_SUPPORTED` |
+//! | A2A 1.0 methods not served (`SendStreamingMessage`, `SubscribeToTask`, `GetExtendedAgentCard`; `ListTasks` when the handler has no list) | -32004 | ErrorInfo `UNSUPPORTED_OPERATION` |
+//! | params of the wrong shape (`ListTasks`: a page size outside 1–100, a page token or status or timestamp that does not parse) | -32602 `Invalid params` | ErrorInfo `INVALID_PARAMS`, `metadata.parseError` |
+//! | a missing message, id or `message.messageId`, empty `message.parts`, a part carrying nothing | -32602 `Validation failed` | ErrorInfo + `google.rpc.BadRequest` |
 //! | `A2A-Version` missing (read as 0.3) or not 1.x | -32009 | ErrorInfo `VERSION_NOT_SUPPORTED` |
 //! | unknown task (GetTask, CancelTask, a message naming a `taskId`) | -32001 `Task not found` | ErrorInfo `TASK_NOT_FOUND` |
-//! | CancelTask of a terminal task | -32002 `Task cannot be canceled` | ErrorInfo `TASK_NOT_CANCELABLE` |
+//! | CancelTask of a task completed, failed or rejected (a canceled one is answered as it is) | -32002 `Task cannot be canceled` | ErrorInfo `TASK_NOT_CANCELABLE` |
 //! | a message continuing an existing task | -32004 `Task … is in terminal state: …` | ErrorInfo `UNSUPPORTED_OPERATION` |
-//! | `acceptedOutputModes` none of which the card's output modes (or `*/*`, `text/*`) match | -32005 | ErrorInfo `CONTENT_TYPE_NOT_SUPPORTED` |
+//! | `acceptedOutputModes` none of which the card's output modes (or `*/*`, `text/*`) match; a part the card's input modes do not cover | -32005 | ErrorInfo `CONTENT_TYPE_NOT_SUPPORTED` |
+//! | `Content-Type` not `application/json` | HTTP 415, -32005, id null | ErrorInfo `CONTENT_TYPE_NOT_SUPPORTED` |
 //! | body over [`DoorLimits::max_body_bytes`] | HTTP 413, -32600 `Payload too large`, id null | none |
 //!
 //! HTTP-level answers with an empty body: 400 (not HTTP/1.x as the server reads it,
-//! e.g. a bare CR in the head; bare LF line endings are accepted), 401 (token), 404
+//! e.g. a bare CR in the head; bare LF line endings are accepted), 404
 //! (other paths), 405 (other methods), 408 (head not complete within
 //! [`DoorLimits::head_timeout`], request not complete within
 //! [`DoorLimits::read_timeout`]), 411 (POST without `Content-Length`), 431 (head too
@@ -80,9 +95,11 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// refuse it (a task created straight into `TASK_STATE_REJECTED` with a status
     /// message, e.g. [`BUSY_MESSAGE`](crate::a2a::BUSY_MESSAGE)).
     ///
-    /// The door calls it only for a message that names no `taskId` and has at least
-    /// one part; a message continuing a task is answered by the door itself (-32001
-    /// unknown task, -32004 otherwise).
+    /// The door calls it only for a message that names no `taskId`, has a
+    /// `messageId` and at least one part, each part carrying something and, unless it
+    /// is text, of a media type the card's `defaultInputModes` cover; a message
+    /// continuing a task is answered by the door itself (-32001 unknown task, -32004
+    /// otherwise).
     fn submit(&self, message: Message) -> Task;
 
     /// The task with this id, or `None` when there is none.
@@ -92,8 +109,9 @@ pub trait TaskHandler: Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// [`CancelError::NotFound`] (-32001) or [`CancelError::NotCancelable`] (-32002)
-    /// for a task already terminal.
+    /// [`CancelError::NotFound`] (-32001), or [`CancelError::NotCancelable`] with the
+    /// task for a task already terminal (-32002; the door answers a task already
+    /// CANCELED as a success: cancel is idempotent).
     fn cancel(&self, task_id: &str) -> Result<Task, CancelError>;
 
     /// Blocks until the task is terminal or `timeout` passes; the latest task, `None`
@@ -104,6 +122,29 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// The agent card. The door replaces `supportedInterfaces` with its own URL and
     /// adds the bearer security scheme.
     fn card(&self) -> AgentCard;
+
+    /// Every task the handler still keeps, for `ListTasks`; `None` (the default) when
+    /// it does not list tasks, and the door then answers `ListTasks` with -32004.
+    ///
+    /// The door filters, sorts and pages this index itself and reads each task of the
+    /// page with [`TaskHandler::get`], so it must be cheap: no histories or artifacts.
+    fn list(&self) -> Option<Vec<TaskIndex>> {
+        None
+    }
+}
+
+/// One task in a [`TaskHandler::list`] index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskIndex {
+    /// The task id.
+    pub id: String,
+    /// The context id, as [`TaskHandler::get`] would answer it.
+    pub context_id: String,
+    /// The state now.
+    pub state: crate::a2a::types::TaskState,
+    /// `status.timestamp`: RFC 3339 UTC, e.g. `2026-11-30T15:48:54.031120Z`; empty
+    /// when the status has none.
+    pub timestamp: String,
 }
 
 /// Why a task cannot be canceled.

@@ -1,20 +1,38 @@
-//! The door's A2A 1.0 JSON-RPC app: routing, the bearer check, envelopes, params and
-//! errors, in the order a2a-sdk 1.3 checks them (parse, envelope, method, params,
-//! version).
+//! The door's A2A 1.0 JSON-RPC app: routing, the bearer check, the content type,
+//! envelopes, params and errors, in the order a2a-sdk 1.3 checks them (parse,
+//! envelope, method, params, version).
 
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
 use super::server::{Head, Response, Service};
 use super::{CancelError, DoorLimits, TaskHandler};
 use crate::a2a::jsonrpc::{self, RpcError};
-use crate::a2a::types::{AgentInterface, Message, Task};
+use crate::a2a::types::{AgentInterface, Message, Task, TaskState};
 use crate::a2a::PROTOCOL_VERSION;
+
+/// The log target of the door's request lines.
+const LOG_TARGET: &str = "mur::door";
+
+/// `ListTasks` page size when the request names none.
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 50;
+/// The largest `ListTasks` page size.
+pub(crate) const MAX_PAGE_SIZE: usize = 100;
+
+/// The push-notification config methods: answered -32003 (the card says
+/// `pushNotifications: false`).
+const PUSH_METHODS: &[&str] = &[
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+];
 
 /// The path of the agent card.
 pub(crate) const CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -26,11 +44,6 @@ const WAIT_SLICE: Duration = Duration::from_millis(250);
 const UNSUPPORTED_METHODS: &[&str] = &[
     "SendStreamingMessage",
     "SubscribeToTask",
-    "ListTasks",
-    "CreateTaskPushNotificationConfig",
-    "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs",
-    "DeleteTaskPushNotificationConfig",
     "GetExtendedAgentCard",
 ];
 
@@ -42,6 +55,18 @@ pub(crate) struct App {
     max_blocking: usize,
     blocking: AtomicUsize,
     cache_control: String,
+    /// The card's ETag and when a card with that ETag was first served
+    /// (`Last-Modified`).
+    card_stamp: Mutex<(String, SystemTime)>,
+}
+
+/// Why a request's bearer token was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AuthRefusal {
+    /// No `Authorization` header, another scheme than Bearer, or an empty token.
+    Missing,
+    /// A Bearer token that is not the door's.
+    Wrong,
 }
 
 impl App {
@@ -59,6 +84,7 @@ impl App {
             max_blocking: limits.max_blocking_sends.max(1),
             blocking: AtomicUsize::new(0),
             cache_control: limits.card_cache_control.clone(),
+            card_stamp: Mutex::new((String::new(), SystemTime::now())),
         }
     }
 
@@ -78,13 +104,30 @@ impl App {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         body.hash(&mut h);
         let etag = format!("W/\"{:016x}{:08x}\"", h.finish(), body.len());
+        let modified = {
+            let mut stamp = self.card_stamp.lock();
+            if stamp.0 != etag {
+                *stamp = (etag.clone(), SystemTime::now());
+            }
+            stamp.1
+        };
+        let last_modified = httpdate::fmt_http_date(modified);
         let cache = ("Cache-Control", self.cache_control.clone());
-        if head
-            .header("if-none-match")
-            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
-        {
+        // If-None-Match wins over If-Modified-Since (RFC 9110 §13.1.3).
+        let not_modified = match head.header("if-none-match") {
+            Some(v) => v.split(',').any(|t| t.trim() == etag || t.trim() == "*"),
+            None => head
+                .header("if-modified-since")
+                .and_then(|v| httpdate::parse_http_date(v).ok())
+                .is_some_and(|since| {
+                    // Last-Modified has whole seconds: compare what the client saw.
+                    httpdate::parse_http_date(&last_modified).is_ok_and(|m| m <= since)
+                }),
+        };
+        if not_modified {
             let mut r = Response::empty(304);
             r.headers.push(("ETag", etag));
+            r.headers.push(("Last-Modified", last_modified));
             r.headers.push(cache);
             return r;
         }
@@ -93,6 +136,7 @@ impl App {
             headers: vec![
                 ("Content-Type", "application/json".into()),
                 ("ETag", etag),
+                ("Last-Modified", last_modified),
                 cache,
             ],
             body,
@@ -100,16 +144,23 @@ impl App {
         }
     }
 
-    fn authorized(&self, head: &Head) -> bool {
+    fn authorize(&self, head: &Head) -> Result<(), AuthRefusal> {
         let Some(v) = head.header("authorization") else {
-            return false;
+            return Err(AuthRefusal::Missing);
         };
         let Some((scheme, token)) = v.split_once(' ') else {
-            return false;
+            return Err(AuthRefusal::Missing);
         };
-        scheme.eq_ignore_ascii_case("bearer")
-            && !self.token.is_empty()
+        if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+            return Err(AuthRefusal::Missing);
+        }
+        if !self.token.is_empty()
             && constant_time_eq(token.trim().as_bytes(), self.token.as_bytes())
+        {
+            Ok(())
+        } else {
+            Err(AuthRefusal::Wrong)
+        }
     }
 
     fn dispatch(&self, head: &Head, body: &[u8], stop: &AtomicBool) -> Value {
@@ -153,9 +204,9 @@ impl App {
         };
         let known = matches!(
             method,
-            jsonrpc::SEND_MESSAGE | jsonrpc::GET_TASK | jsonrpc::CANCEL_TASK
+            jsonrpc::SEND_MESSAGE | jsonrpc::GET_TASK | jsonrpc::CANCEL_TASK | jsonrpc::LIST_TASKS
         );
-        if !known && !UNSUPPORTED_METHODS.contains(&method) {
+        if !known && !UNSUPPORTED_METHODS.contains(&method) && !PUSH_METHODS.contains(&method) {
             return jsonrpc::failure(
                 &id,
                 &RpcError::plain(jsonrpc::METHOD_NOT_FOUND, "Method not found"),
@@ -178,6 +229,16 @@ impl App {
             jsonrpc::CANCEL_TASK => TaskParams::parse(&params, false)
                 .and_then(|p| check_version(head).map(|()| p))
                 .and_then(|p| self.cancel_task(&p)),
+            jsonrpc::LIST_TASKS => ListParams::parse(&params)
+                .and_then(|p| check_version(head).map(|()| p))
+                .and_then(|p| self.list_tasks(&p)),
+            push if PUSH_METHODS.contains(&push) => check_version(head).and_then(|()| {
+                Err(RpcError::a2a(
+                    jsonrpc::PUSH_NOTIFICATION_NOT_SUPPORTED,
+                    "Push notifications are not supported by the agent",
+                    Map::new(),
+                ))
+            }),
             other => check_version(head).and_then(|()| {
                 Err(RpcError::a2a(
                     jsonrpc::UNSUPPORTED_OPERATION,
@@ -224,6 +285,25 @@ impl App {
                 ));
             }
         }
+        let inputs = self.handler.card().default_input_modes;
+        for (i, part) in p.message.parts.iter().enumerate() {
+            // A text part is read as text whatever its mediaType says.
+            if part.kind() == Some("text") {
+                continue;
+            }
+            let media = part.effective_media_type();
+            if !inputs.iter().any(|m| media_type_covers(m, media)) {
+                return Err(RpcError::a2a(
+                    jsonrpc::CONTENT_TYPE_NOT_SUPPORTED,
+                    format!(
+                        "Incompatible content types: message part {i} is a {} part ({media}); this agent takes {}",
+                        part.kind().unwrap_or("empty"),
+                        if inputs.is_empty() { "text parts only".to_string() } else { inputs.join(", ") }
+                    ),
+                    Map::new(),
+                ));
+            }
+        }
         let mut task = self.handler.submit(p.message);
         if !p.return_immediately && !task.is_terminal() {
             if let Some(_slot) = BlockingSlot::take(&self.blocking, self.max_blocking) {
@@ -259,8 +339,67 @@ impl App {
         match self.handler.cancel(&p.id) {
             Ok(t) => task_value(&t),
             Err(CancelError::NotFound) => Err(RpcError::task_not_found()),
+            // Cancel is idempotent: a canceled task is what the client asked for.
+            Err(CancelError::NotCancelable(t)) if t.status.state == TaskState::Canceled => {
+                task_value(&t)
+            }
             Err(CancelError::NotCancelable(_)) => Err(RpcError::task_not_cancelable()),
         }
+    }
+
+    fn list_tasks(&self, p: &ListParams) -> Result<Value, RpcError> {
+        let Some(index) = self.handler.list() else {
+            return Err(RpcError::a2a(
+                jsonrpc::UNSUPPORTED_OPERATION,
+                "ListTasks is not supported by this agent",
+                Map::new(),
+            ));
+        };
+        let mut matching: Vec<_> = index
+            .into_iter()
+            .filter(|t| p.context_id.as_ref().is_none_or(|c| &t.context_id == c))
+            .filter(|t| p.status.as_ref().is_none_or(|s| &t.state == s))
+            .filter(|t| {
+                p.after
+                    .as_ref()
+                    .is_none_or(|a| t.timestamp.as_str() >= a.as_str())
+            })
+            .collect();
+        // Most recently updated first; the id breaks ties so pages never overlap.
+        matching.sort_by(|a, b| (&b.timestamp, &b.id).cmp(&(&a.timestamp, &a.id)));
+        let total = matching.len();
+        let start = match &p.cursor {
+            None => 0,
+            Some((ts, id)) => matching
+                .iter()
+                .position(|t| (&t.timestamp, &t.id) < (ts, id))
+                .unwrap_or(total),
+        };
+        let mut tasks = Vec::new();
+        let mut last = None;
+        for t in matching.iter().skip(start).take(p.page_size) {
+            last = Some((t.timestamp.clone(), t.id.clone()));
+            // A task forgotten since the index was read is left out.
+            let Some(mut task) = self.handler.get(&t.id) else {
+                continue;
+            };
+            task = task.with_history_length(p.history_length);
+            if !p.include_artifacts {
+                task.artifacts.clear();
+            }
+            tasks.push(task_value(&task)?);
+        }
+        let more = start + p.page_size < total;
+        let next = match (more, last) {
+            (true, Some((ts, id))) => encode_cursor(&ts, &id),
+            _ => String::new(),
+        };
+        Ok(json!({
+            "tasks": tasks,
+            "nextPageToken": next,
+            "pageSize": p.page_size,
+            "totalSize": total,
+        }))
     }
 }
 
@@ -279,9 +418,19 @@ impl Service for App {
         if head.method != "POST" {
             return Some(method_not_allowed("POST"));
         }
-        if !self.authorized(head) {
-            let mut r = Response::empty(401);
-            r.headers.push(("WWW-Authenticate", "Bearer".into()));
+        if let Err(why) = self.authorize(head) {
+            log::info!(
+                target: LOG_TARGET,
+                "refused a request from {}: HTTP 401, bearer token {}",
+                peer(head),
+                match why {
+                    AuthRefusal::Missing => "missing",
+                    AuthRefusal::Wrong => "wrong",
+                }
+            );
+            return Some(unauthorized(why));
+        }
+        if let Some(r) = self.check_content_type(head) {
             return Some(r);
         }
         None
@@ -299,7 +448,125 @@ impl Service for App {
     }
 
     fn call(&self, head: &Head, body: Vec<u8>, stop: &AtomicBool) -> Response {
-        Response::json(200, &self.dispatch(head, &body, stop))
+        let answer = self.dispatch(head, &body, stop);
+        if let Some(e) = answer.get("error") {
+            let method = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("method").and_then(Value::as_str).map(short))
+                .unwrap_or_else(|| "a request".into());
+            log::info!(
+                target: LOG_TARGET,
+                "refused {method} from {}: {} {}",
+                peer(head),
+                e["code"],
+                short(e["message"].as_str().unwrap_or(""))
+            );
+        }
+        Response::json(200, &answer)
+    }
+}
+
+impl App {
+    /// HTTP 415 with a JSON-RPC -32005 body (id null: the body is not read) unless
+    /// the request's `Content-Type` is `application/json` (parameters allowed).
+    fn check_content_type(&self, head: &Head) -> Option<Response> {
+        let ct = head.header("content-type").unwrap_or("");
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        if essence.eq_ignore_ascii_case("application/json") {
+            return None;
+        }
+        let shown = if ct.is_empty() {
+            "no Content-Type".to_string()
+        } else {
+            format!("Content-Type '{}'", short(ct))
+        };
+        log::info!(
+            target: LOG_TARGET,
+            "refused a request from {}: HTTP 415, {shown}",
+            peer(head)
+        );
+        Some(Response::json(
+            415,
+            &jsonrpc::failure(
+                &Value::Null,
+                &RpcError::a2a(
+                    jsonrpc::CONTENT_TYPE_NOT_SUPPORTED,
+                    format!(
+                        "Unsupported media type: the request has {shown}; send the JSON-RPC request as Content-Type: application/json"
+                    ),
+                    Map::new(),
+                ),
+            ),
+        ))
+    }
+}
+
+/// The 401 answer: `WWW-Authenticate: Bearer` (with `error="invalid_token"` for a
+/// wrong token, RFC 6750 §3.1) and a JSON body in the google.rpc.Status shape A2A's
+/// HTTP binding uses, saying whether the token was missing or wrong (never the token).
+fn unauthorized(why: AuthRefusal) -> Response {
+    let (challenge, reason, message) = match why {
+        AuthRefusal::Missing => (
+            "Bearer",
+            "BEARER_TOKEN_MISSING",
+            "no bearer token: send the header Authorization: Bearer <token>",
+        ),
+        AuthRefusal::Wrong => (
+            "Bearer error=\"invalid_token\"",
+            "BEARER_TOKEN_WRONG",
+            "the bearer token is not this door's token",
+        ),
+    };
+    let mut r = Response::json(
+        401,
+        &json!({"error": {
+            "code": 401,
+            "status": "UNAUTHENTICATED",
+            "message": message,
+            "details": [{
+                "@type": jsonrpc::ERROR_INFO_TYPE,
+                "reason": reason,
+                "domain": "mur",
+                "metadata": {},
+            }],
+        }}),
+    );
+    r.headers.push(("WWW-Authenticate", challenge.into()));
+    r
+}
+
+/// The peer of a request, for log lines.
+fn peer(head: &Head) -> String {
+    head.peer
+        .map_or_else(|| "an unknown peer".to_string(), |a| a.to_string())
+}
+
+/// At most 200 characters of a client-chosen text, for a log line.
+fn short(s: &str) -> String {
+    let mut out: String = s.chars().take(200).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// Whether an input mode (`text/plain`, `image/*`, `*/*`) covers a media type;
+/// parameters are ignored, case too.
+fn media_type_covers(mode: &str, media: &str) -> bool {
+    let essence = |m: &str| {
+        m.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
+    let (mode, media) = (essence(mode), essence(media));
+    if mode == "*/*" || mode == media {
+        return true;
+    }
+    match (mode.split_once('/'), media.split_once('/')) {
+        (Some((mt, "*")), Some((t, _))) => mt == t,
+        _ => false,
     }
 }
 
@@ -337,10 +604,22 @@ impl SendParams {
         };
         let message: Message = serde_json::from_value(m.clone())
             .map_err(|e| RpcError::invalid_params(format!("Failed to parse message field: {e}")))?;
+        if message.message_id.trim().is_empty() {
+            return Err(RpcError::validation(
+                "message.messageId",
+                "Field is required.",
+            ));
+        }
         if message.parts.is_empty() {
             return Err(RpcError::validation(
                 "message.parts",
                 "Field must contain at least one element.",
+            ));
+        }
+        if let Some(i) = message.parts.iter().position(|p| p.kind().is_none()) {
+            return Err(RpcError::validation(
+                &format!("message.parts[{i}]"),
+                "Part must carry one of text, data, url or raw.",
             ));
         }
         let config = match params.get("configuration") {
@@ -410,6 +689,150 @@ impl TaskParams {
         };
         Ok(TaskParams { id, history_length })
     }
+}
+
+/// `ListTasks` params (A2A 1.0 §3.1.4), camelCase or snake_case.
+struct ListParams {
+    context_id: Option<String>,
+    status: Option<TaskState>,
+    page_size: usize,
+    /// The `(timestamp, id)` of the last task of the previous page.
+    cursor: Option<(String, String)>,
+    history_length: Option<usize>,
+    /// `statusTimestampAfter` as an RFC 3339 UTC timestamp with microseconds.
+    after: Option<String>,
+    include_artifacts: bool,
+}
+
+impl ListParams {
+    fn parse(params: &Map<String, Value>) -> Result<ListParams, RpcError> {
+        let string = |camel: &str, snake: &str| -> Result<Option<String>, RpcError> {
+            match field(params, camel, snake) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(RpcError::invalid_params(format!(
+                    "Failed to parse {camel} field: expected string, got {}.",
+                    json_type(other)
+                ))),
+            }
+        };
+        let context_id = string("contextId", "context_id")?;
+        let status = match string("status", "status")? {
+            None => None,
+            Some(s) if s == "TASK_STATE_UNSPECIFIED" => None,
+            Some(s) => match TaskState::parse(&s) {
+                TaskState::Unknown(_) => {
+                    return Err(RpcError::invalid_params(format!(
+                        "Failed to parse status field: '{}' is not a task state (TASK_STATE_WORKING, TASK_STATE_COMPLETED, …)",
+                        short(&s)
+                    )))
+                }
+                state => Some(state),
+            },
+        };
+        let page_size = match field(params, "pageSize", "page_size") {
+            None | Some(Value::Null) => DEFAULT_PAGE_SIZE,
+            Some(v) => match v.as_u64() {
+                Some(n) if (1..=MAX_PAGE_SIZE as u64).contains(&n) => n as usize,
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "Failed to parse pageSize field: expected an integer from 1 to {MAX_PAGE_SIZE}, got {}",
+                        short(&v.to_string())
+                    )))
+                }
+            },
+        };
+        let cursor = match string("pageToken", "page_token")? {
+            None => None,
+            Some(t) => Some(decode_cursor(&t).ok_or_else(|| {
+                RpcError::invalid_params(
+                    "Failed to parse pageToken field: not a nextPageToken this agent gave out",
+                )
+            })?),
+        };
+        let after = match string("statusTimestampAfter", "status_timestamp_after")? {
+            None => None,
+            Some(t) => Some(
+                parse_timestamp(&t)
+                    .map(|at| humantime::format_rfc3339_micros(at).to_string())
+                    .ok_or_else(|| {
+                        RpcError::invalid_params(format!(
+                            "Failed to parse statusTimestampAfter field: '{}' is not an RFC 3339 timestamp with a time zone, e.g. 2026-10-27T10:00:00Z",
+                            short(&t)
+                        ))
+                    })?,
+            ),
+        };
+        let include_artifacts = match field(params, "includeArtifacts", "include_artifacts") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "Failed to parse includeArtifacts field: expected a boolean",
+                ))
+            }
+        };
+        Ok(ListParams {
+            context_id,
+            status,
+            page_size,
+            cursor,
+            history_length: history_length(params)?,
+            after,
+            include_artifacts,
+        })
+    }
+}
+
+/// An RFC 3339 timestamp with `Z` or a `±HH:MM` offset, as a time.
+fn parse_timestamp(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    if s.ends_with(['Z', 'z']) {
+        return humantime::parse_rfc3339_weak(&s[..s.len() - 1]).ok();
+    }
+    // `…T10:00:00+02:00`: the offset is the last 6 characters.
+    let at = s.len().checked_sub(6)?;
+    let (base, offset) = (s.get(..at)?, s.get(at..)?);
+    let sign = match offset.as_bytes()[0] {
+        b'+' => 1i64,
+        b'-' => -1,
+        _ => return None,
+    };
+    let (h, m) = offset[1..].split_once(':')?;
+    let (h, m): (u64, u64) = (h.parse().ok()?, m.parse().ok()?);
+    if h > 23 || m > 59 || !base.contains('T') {
+        return None;
+    }
+    let local = humantime::parse_rfc3339_weak(base).ok()?;
+    let shift = Duration::from_secs(h * 3600 + m * 60);
+    if sign > 0 {
+        local.checked_sub(shift)
+    } else {
+        local.checked_add(shift)
+    }
+}
+
+/// A page token: the hex of `<timestamp> <task id>` of a page's last task.
+fn encode_cursor(timestamp: &str, id: &str) -> String {
+    format!("{timestamp} {id}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_cursor(token: &str) -> Option<(String, String)> {
+    if token.len() % 2 != 0 || token.len() > 2048 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (ts, id) = text.split_once(' ')?;
+    (!id.is_empty() && humantime::parse_rfc3339(ts).is_ok())
+        .then(|| (ts.to_string(), id.to_string()))
 }
 
 /// `historyLength` (or `history_length`): a non-negative integer; absent or null means
@@ -563,6 +986,7 @@ mod tests {
             headers: version
                 .map(|v| vec![("a2a-version".to_string(), v.to_string())])
                 .unwrap_or_default(),
+            peer: None,
         }
     }
 
@@ -592,6 +1016,39 @@ mod tests {
         );
         let e = serde_json::from_slice::<Value>(b"[1,").unwrap_err();
         assert!(parse_error_message(b"[1,", &e).starts_with("Invalid JSON: "));
+    }
+
+    #[test]
+    fn media_types_timestamps_and_cursors() {
+        assert!(media_type_covers("text/plain", "Text/Plain; charset=utf-8"));
+        assert!(media_type_covers("image/*", "image/png"));
+        assert!(media_type_covers("*/*", "application/json"));
+        assert!(!media_type_covers("text/plain", "application/json"));
+        assert!(!media_type_covers("image/*", "text/plain"));
+        let z = parse_timestamp("2026-10-27T10:00:00Z").unwrap();
+        assert_eq!(parse_timestamp("2026-10-27T12:00:00+02:00"), Some(z));
+        assert_eq!(parse_timestamp("2026-10-27T08:30:00-01:30"), Some(z));
+        assert_eq!(
+            humantime::format_rfc3339_micros(parse_timestamp("2026-10-27T10:00:00.5Z").unwrap())
+                .to_string(),
+            "2026-10-27T10:00:00.500000Z"
+        );
+        for bad in [
+            "2026-10-27T10:00:00",
+            "yesterday",
+            "2026-10-27T10:00:00+25:00",
+            "",
+        ] {
+            assert!(parse_timestamp(bad).is_none(), "{bad}");
+        }
+        let t = encode_cursor("2026-10-27T10:00:00.000001Z", "tsk_1");
+        assert_eq!(
+            decode_cursor(&t),
+            Some(("2026-10-27T10:00:00.000001Z".into(), "tsk_1".into()))
+        );
+        for bad in ["", "zz", "abc", &encode_cursor("not-a-time", "tsk_1")] {
+            assert!(decode_cursor(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Head {
     pub http11: bool,
     /// Headers in order, names lowercased, values trimmed.
     pub headers: Vec<(String, String)>,
+    /// The peer's address, for log lines; `None` when the socket could not tell.
+    pub peer: Option<SocketAddr>,
 }
 
 impl Head {
@@ -397,7 +399,10 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
         };
         drop(slot);
         let head = match parse_head(&buf[..head_len]) {
-            Ok(h) => h,
+            Ok(mut h) => {
+                h.peer = stream.peer_addr().ok();
+                h
+            }
             Err(ReadError::TooLarge) => return answer_and_close(stream, 431),
             Err(ReadError::Bad(why)) => {
                 log::debug!("door: bad request: {why}");
@@ -432,6 +437,14 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
             continue;
         }
         if length > limits.max_body_bytes {
+            log::info!(
+                target: "mur::door",
+                "refused a request from {}: HTTP 413, a body of {length} bytes is over the {} byte limit",
+                stream
+                    .peer_addr()
+                    .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string()),
+                limits.max_body_bytes
+            );
             let mut r = service.too_large(limits.max_body_bytes);
             r.close = true;
             let _ = write_response(&mut stream, &r, false);
@@ -661,6 +674,7 @@ fn parse_head(bytes: &[u8]) -> Result<Head, ReadError> {
         path,
         http11,
         headers,
+        peer: None,
     })
 }
 
@@ -692,6 +706,21 @@ fn keep_alive(head: &Head) -> bool {
 }
 
 fn answer_and_close(mut stream: TcpStream, status: u16) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string());
+    // 503 is load shedding, which can come in floods: debug only.
+    let level = if status == 503 {
+        log::Level::Debug
+    } else {
+        log::Level::Info
+    };
+    log::log!(
+        target: "mur::door",
+        level,
+        "refused a request from {peer}: HTTP {status} {}",
+        reason(status)
+    );
     let mut r = Response::empty(status);
     r.close = true;
     let _ = write_response(&mut stream, &r, false);

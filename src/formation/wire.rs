@@ -18,7 +18,7 @@ use crate::a2a::types::{
     TaskStatus,
 };
 use crate::a2a::{A2aClient, ClientError};
-use crate::door::{CancelError, TaskHandler};
+use crate::door::{CancelError, TaskHandler, TaskIndex};
 
 /// A member's door handler: the A2A face of its [`Board`].
 pub struct MemberHandler {
@@ -54,6 +54,12 @@ fn state_of(s: &State) -> TaskState {
 /// artifact an id made from the task id, so two reads of an unchanged task, above all
 /// a terminal one, are byte-identical. A snapshot without a stamp is stamped now.
 pub fn to_task(s: &Snapshot) -> Task {
+    to_task_with_history(s, Vec::new())
+}
+
+/// [`to_task`] with `history` (the board's, oldest first) as the task's `history`, each
+/// message's `taskId` and `contextId` set to the task's.
+pub fn to_task_with_history(s: &Snapshot, history: Vec<Message>) -> Task {
     let stamp = s.stamp.clone().unwrap_or_else(StatusStamp::now);
     let status = TaskStatus {
         state: state_of(&s.state),
@@ -80,6 +86,14 @@ pub fn to_task(s: &Snapshot) -> Task {
         history: Vec::new(),
         metadata: None,
     };
+    t.history = history
+        .into_iter()
+        .map(|mut m| {
+            m.task_id = Some(t.id.clone());
+            m.context_id = Some(t.context_id.clone());
+            m
+        })
+        .collect();
     t.set_murmur(&MurmurMetadata {
         no_answer: s.no_answer,
         no_answer_below: s
@@ -167,31 +181,47 @@ impl TaskHandler for MemberHandler {
         }
         let origin = origin_of(&message);
         let snap = self.board.submit(&text, origin);
-        let snap = match message.context_id.as_deref().filter(|c| !c.is_empty()) {
-            Some(c) => self.board.set_context(&snap.id, c).unwrap_or(snap),
-            None => snap,
-        };
-        to_task(&snap)
+        if let Some(c) = message.context_id.as_deref().filter(|c| !c.is_empty()) {
+            self.board.set_context(&snap.id, c);
+        }
+        self.board.set_request(&snap.id, message);
+        self.get(&snap.id).unwrap_or_else(|| to_task(&snap))
     }
 
     fn get(&self, task_id: &str) -> Option<Task> {
-        self.board.get(task_id).map(|s| to_task(&s))
+        self.board
+            .get_with_history(task_id)
+            .map(|(s, h)| to_task_with_history(&s, h))
     }
 
     fn cancel(&self, task_id: &str) -> Result<Task, CancelError> {
         match self.board.cancel(task_id) {
-            Ok(s) => Ok(to_task(&s)),
-            Err(_) => match self.board.get(task_id) {
-                Some(s) => Err(CancelError::NotCancelable(Box::new(to_task(&s)))),
+            Ok(s) => Ok(self.get(&s.id).unwrap_or_else(|| to_task(&s))),
+            Err(_) => match self.get(task_id) {
+                Some(t) => Err(CancelError::NotCancelable(Box::new(t))),
                 None => Err(CancelError::NotFound),
             },
         }
     }
 
     fn wait_terminal(&self, task_id: &str, timeout: Duration) -> Option<Task> {
-        self.board
-            .wait_terminal(task_id, timeout)
-            .map(|s| to_task(&s))
+        let s = self.board.wait_terminal(task_id, timeout)?;
+        Some(self.get(&s.id).unwrap_or_else(|| to_task(&s)))
+    }
+
+    fn list(&self) -> Option<Vec<TaskIndex>> {
+        Some(
+            self.board
+                .list()
+                .into_iter()
+                .map(|l| TaskIndex {
+                    context_id: l.context_id.unwrap_or_else(|| l.id.clone()),
+                    id: l.id,
+                    state: state_of(&l.state),
+                    timestamp: l.timestamp,
+                })
+                .collect(),
+        )
     }
 
     fn card(&self) -> AgentCard {
