@@ -954,6 +954,151 @@ fn slowloris_connections_past_the_caps_get_503_at_once() {
     slow.join().unwrap();
 }
 
+/// Opens a keep-alive connection and sends one complete unauthenticated card GET on
+/// it; the connection stays open, idle, holding a slot (the hog of issue 21).
+fn hog_connection(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let mut len = 0;
+    loop {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        if l == "\r\n" {
+            break;
+        }
+        if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+    }
+    let mut b = vec![0; len];
+    reader.read_exact(&mut b).unwrap();
+    s
+}
+
+/// A GetTask with the token on a fresh connection: the HTTP status.
+fn get_task_status(addr: SocketAddr) -> u16 {
+    post(addr, Some(TOKEN), Some("1.0"), &get_task("x").to_string()).status
+}
+
+#[test]
+fn connections_sending_whole_requests_count_against_the_per_address_cap() {
+    let limits = DoorLimits {
+        max_connections_per_ip: 6,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    // Six keep-alive connections that sent a whole (unauthenticated) request each.
+    let _hog: Vec<TcpStream> = (0..6).map(|_| hog_connection(addr)).collect();
+    // A seventh connection without the token is refused although it sends its head
+    // at once; one with the token on the same address is still served.
+    let r = raw(
+        addr,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let r = post(addr, Some(TOKEN), Some("1.0"), &get_task("x").to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32001);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[test]
+fn a_hog_and_slowloris_on_one_address_do_not_lock_out_a_client_with_the_token() {
+    let limits = DoorLimits {
+        max_connections_per_ip: 8,
+        max_pending_heads_per_ip: 4,
+        reserve_connections: 4,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    let _hog: Vec<TcpStream> = (0..4).map(|_| hog_connection(addr)).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Four trickle in regular slots, four more fill the reserve.
+    let slow = tricklers(addr, 8, Duration::from_millis(200), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    // Each GetTask evicts the oldest trickler of the reserve and is served.
+    let client = A2aClient::new(d.url(), TOKEN);
+    let sent = client.send_message("hello", None, true).unwrap();
+    for _ in 0..3 {
+        assert_eq!(get_task_status(addr), 200);
+        assert_eq!(client.get_task(&sent.id).unwrap().id, sent.id);
+    }
+    // Without the token, the same address is refused.
+    let r = raw(
+        addr,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    stop.store(true, Ordering::SeqCst);
+    // The evicted tricklers were told 503; the others had no answer yet.
+    let answers = slow.join().unwrap();
+    assert!(!answers.is_empty(), "no trickler was evicted");
+    assert!(answers.iter().all(|s| *s == 503), "{answers:?}");
+}
+
+#[test]
+fn a_401_closes_its_connection() {
+    let d = door();
+    let mut s = TcpStream::connect(d.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = get_task("x").to_string();
+    let one = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // Two pipelined: only the first is answered, and the door closes.
+    s.write_all(format!("{one}{one}").as_bytes()).unwrap();
+    let r = read_response(&mut s);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.body.matches("UNAUTHENTICATED").count(), 1, "{}", r.body);
+}
+
+#[test]
+fn unauthenticated_requests_past_the_rate_get_429_and_the_token_is_still_served() {
+    let limits = DoorLimits {
+        unauthenticated_per_sec: 1,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    let card = || {
+        raw(
+            addr,
+            b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+        )
+    };
+    // A bucket of two, refilled at one a second: ten in a row cannot all pass.
+    let statuses: Vec<u16> = (0..10).map(|_| card().status).collect();
+    assert_eq!(&statuses[..2], &[200, 200], "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    let limited = loop {
+        let r = card();
+        if r.status == 429 {
+            break r;
+        }
+    };
+    assert_eq!(limited.header("retry-after"), Some("1"));
+    assert_eq!(limited.header("connection"), Some("close"));
+    // Requests with the token are not counted.
+    for _ in 0..5 {
+        assert_eq!(get_task_status(addr), 200);
+    }
+}
+
 #[test]
 fn a_trickler_is_dropped_at_the_head_deadline() {
     let limits = DoorLimits {

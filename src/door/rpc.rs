@@ -436,6 +436,10 @@ impl Service for App {
         None
     }
 
+    fn authorized(&self, head: &Head) -> bool {
+        self.authorize(head).is_ok()
+    }
+
     fn too_large(&self, limit: usize) -> Response {
         let _ = limit;
         Response::json(
