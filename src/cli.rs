@@ -10,6 +10,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// A capsule is a directory with a murmur.yaml. mur run stages it, runs one task and
 /// prints the answer on stdout. Every event of the session is written to trace.jsonl in
 /// its records directory.
+///
+/// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
+/// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
+/// (SIGTERM to its process group, SIGKILL 2 s later), session_end is written and the
+/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur …, a
+/// background job of a non-interactive shell) keeps ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
 pub struct Cli {
@@ -51,7 +57,8 @@ pub enum Command {
     /// /.well-known/agent-card.json is public. The token is the first line of
     /// --token-file, else the environment variable MURMUR_DOOR_TOKEN; with neither,
     /// the door refuses to start (there is no unauthenticated mode). Prints "door: URL"
-    /// on stdout once it listens; SIGINT or SIGTERM ends it cleanly with session_end.
+    /// on stdout once it listens; SIGINT, SIGTERM, SIGHUP or SIGQUIT ends it cleanly with
+    /// session_end.
     ///
     /// Serves SendMessage, GetTask, ListTasks (filters, pages of 1 to 100, history
     /// length) and CancelTask; a task's history is the client's message and the agent's
@@ -64,6 +71,18 @@ pub enum Command {
     /// its state and duration; one line per refused request (401, 415, parse and other
     /// JSON-RPC errors) with the peer's address. No line holds the token or a task's
     /// text.
+    ///
+    /// Limits per client address (one address may be many clients: loopback for a
+    /// whole formation, a reverse proxy, a NAT): at most 256 connections in all, 64 per
+    /// address whatever their state, 64 per address still sending a request head (5 s
+    /// for a head, 10 s for a whole request, 5 s idle between keep-alive requests), and
+    /// 32 requests a second (bursts of 64) without the token per address, past which
+    /// the answer is 429 with Retry-After: 1. A 401 closes its connection. A connection
+    /// past a cap is not refused at once: up to 32 more are read on probation, and a
+    /// request carrying the token is served on one (then closed) while anything else
+    /// gets 503 with Retry-After: 1, so a client with the token is served while
+    /// another client on its address holds every slot. A full reserve makes room by
+    /// closing its oldest connection still sending a head (503).
     ///
     /// $ MURMUR_DOOR_TOKEN=$(cat token) mur door examples/formation/critic --listen 0.0.0.0:7431
     Door(DoorArgs),

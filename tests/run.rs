@@ -496,6 +496,94 @@ fn sigterm_to_mur_stops_the_command_and_still_writes_session_end() {
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid));
 }
 
+/// Starts `mur run` on a capsule whose one command sleeps (its pid in
+/// work/leader.pid), with `ignore` set to SIG_IGN in mur's own disposition; returns the
+/// child once the command runs.
+fn mur_with_a_sleeping_command(
+    c: &Capsule,
+    ignore: Option<nix::sys::signal::Signal>,
+) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = c.mur();
+    cmd.arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(sig) = ignore {
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and
+        // exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn)
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let child = cmd.spawn().unwrap();
+    let pidfile = c.dir.join("work/leader.pid");
+    let start = Instant::now();
+    while !pidfile.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    child
+}
+
+fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+const SLEEPING_SCRIPT: &str = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo $$ > leader.pid; sleep 300\"]}}\n- text: never\n";
+
+#[test]
+fn sighup_and_sigquit_to_mur_stop_the_command_and_write_session_end() {
+    for sig in [
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGQUIT,
+    ] {
+        let c = Capsule::scripted(&["sh"], "", SLEEPING_SCRIPT);
+        let mut child = mur_with_a_sleeping_command(&c, None);
+        signal(&child, sig);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{sig}: {status:?}");
+        let trace = support::read_trace(&c.records);
+        let end = trace.last().unwrap();
+        assert_eq!(end["type"], "session_end", "{sig}");
+        assert_eq!(end["exit_status"], "canceled", "{sig}");
+        let task_end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+        assert_eq!(
+            task_end["error"],
+            format!("interrupted by {sig}"),
+            "{task_end}"
+        );
+        let pid: i32 = std::fs::read_to_string(c.dir.join("work/leader.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid));
+    }
+}
+
+#[test]
+fn a_mur_started_with_sighup_ignored_keeps_ignoring_it() {
+    let c = Capsule::scripted(&["sh"], "", SLEEPING_SCRIPT);
+    let mut child = mur_with_a_sleeping_command(&c, Some(nix::sys::signal::Signal::SIGHUP));
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let status = child.wait().unwrap();
+    // SIGTERM, not SIGHUP, is what ended it (the first signal handled is recorded).
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let trace = support::read_trace(&c.records);
+    let task_end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+    assert_eq!(task_end["error"], "interrupted by SIGTERM", "{task_end}");
+}
+
 #[test]
 fn task_from_stdin_and_from_file() {
     let c = Capsule::scripted(&[], "", "- text: fine\n");
