@@ -183,8 +183,23 @@ pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
 
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
+///
+/// The capsule path is normalised first, lexically: `.` parts are dropped and each
+/// `..` removes the part before it (none above the root), so `/../../tmp/x` and
+/// `/tmp/./y/../x` both give `records/tmp/x`. The result always lies beneath
+/// `$MURMUR_HOME/records`, whatever the path holds.
 pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) -> PathBuf {
-    let rel = capsule_dir.strip_prefix("/").unwrap_or(capsule_dir);
+    use std::path::Component;
+    let mut rel = PathBuf::new();
+    for c in capsule_dir.components() {
+        match c {
+            Component::Normal(part) => rel.push(part),
+            Component::ParentDir => {
+                rel.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
     home.join("records").join(rel).join(session_id)
 }
 
