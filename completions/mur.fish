@@ -40,7 +40,7 @@ complete -c mur -n "__fish_mur_using_subcommand run" -l records-dir -d 'Make DIR
 complete -c mur -n "__fish_mur_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand run" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand door" -l listen -d 'The address to listen on, IP:PORT. Port 0 picks a free port. Default: 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines)' -r
-complete -c mur -n "__fish_mur_using_subcommand door" -l token-file -d 'Read the bearer token from the first line of FILE. Default: the environment variable MURMUR_DOOR_TOKEN' -r -F
+complete -c mur -n "__fish_mur_using_subcommand door" -l token-file -d 'Read the bearer token from the first line of FILE. Default: the environment variable MURMUR_DOOR_TOKEN. The file must be private to its owner (no access for group or others: chmod 600 FILE) and the token at least 16 bytes long (openssl rand -hex 32 makes 64); mur door refuses to start otherwise (exit 2)' -r -F
 complete -c mur -n "__fish_mur_using_subcommand door" -l records-dir -d 'Write the session\'s records under DIR instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
 complete -c mur -n "__fish_mur_using_subcommand door" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand door" -s V -l version -d 'Print version'

@@ -145,7 +145,9 @@ pub struct DoorArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7431")]
     pub listen: std::net::SocketAddr,
     /// Read the bearer token from the first line of FILE. Default: the environment
-    /// variable MURMUR_DOOR_TOKEN.
+    /// variable MURMUR_DOOR_TOKEN. The file must be private to its owner (no access for
+    /// group or others: chmod 600 FILE) and the token at least 16 bytes long (openssl
+    /// rand -hex 32 makes 64); mur door refuses to start otherwise (exit 2).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Write the session's records under DIR instead of

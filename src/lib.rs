@@ -17,6 +17,7 @@ pub mod ids;
 pub mod inference;
 pub mod manifest;
 pub mod net;
+pub mod private;
 pub mod progress;
 pub mod records;
 pub mod session;

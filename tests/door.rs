@@ -1756,3 +1756,97 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
         "{log}"
     );
 }
+
+/// `mur door` on a scripted capsule with `args` and `MURMUR_DOOR_TOKEN` as given: the
+/// exit code and stderr when it refuses to start, or `None` once it prints its URL
+/// (it is then stopped).
+fn door_start(
+    c: &support::Capsule,
+    args: &[&std::ffi::OsStr],
+    env_token: Option<&str>,
+) -> Option<(i32, String)> {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let records = c
+        .root
+        .path()
+        .join(format!("records-{}", STARTS.fetch_add(1, Ordering::SeqCst)));
+    let mut cmd = c.mur();
+    cmd.arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&records)
+        .args(args)
+        .env_remove("MURMUR_DOOR_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(t) = env_token {
+        cmd.env("MURMUR_DOOR_TOKEN", t);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    if line.starts_with("door: ") {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let _ = child.wait();
+        return None;
+    }
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn a_token_file_open_to_others_or_a_short_token_is_refused_with_how_to_fix_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = support::Capsule::scripted(&[], "", "- text: hi\n");
+    let file = c.root.path().join("door.token");
+    std::fs::write(&file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let arg = [std::ffi::OsStr::new("--token-file"), file.as_os_str()];
+    for mode in [0o644, 0o640, 0o604, 0o620] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, err) = door_start(&c, &arg, None).expect("refused");
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "--token-file {} can be read or written by other users (mode {mode:04o}); make it private with `chmod 600 {}`",
+                file.display(),
+                file.display()
+            )),
+            "{err}"
+        );
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(door_start(&c, &arg, None), None);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+    assert_eq!(door_start(&c, &arg, None), None);
+
+    // Shorter than 16 bytes, from the file or the environment.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&file, "short-token\n").unwrap();
+    let (code, err) = door_start(&c, &arg, None).expect("refused");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--token-file {}: the bearer token is 11 bytes, shorter than the 16 a door accepts; make one with `openssl rand -hex 32`",
+            file.display()
+        )),
+        "{err}"
+    );
+    let (code, err) = door_start(&c, &[], Some("fifteen-bytes!!")).expect("refused");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "MURMUR_DOOR_TOKEN: the bearer token is 15 bytes, shorter than the 16 a door accepts"
+        ),
+        "{err}"
+    );
+    assert_eq!(door_start(&c, &[], Some("sixteen-bytes!!!")), None);
+}

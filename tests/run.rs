@@ -660,6 +660,92 @@ fn default_records_dir_is_under_murmur_home() {
 }
 
 #[test]
+fn a_capsule_path_with_dot_dot_parts_keeps_records_beneath_the_records_root() {
+    let c = Capsule::scripted(&[], "", "- text: done\n");
+    // `/../../../..<dir>` is the capsule directory itself.
+    let dotted = format!("/../../../..{}", c.dir.display());
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&dotted)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = c
+        .home
+        .join("records")
+        .join(c.dir.strip_prefix("/").unwrap());
+    let sessions: Vec<_> = std::fs::read_dir(&base)
+        .unwrap_or_else(|e| panic!("{}: {e}", base.display()))
+        .collect();
+    assert_eq!(sessions.len(), 1);
+    let s = sessions.into_iter().next().unwrap().unwrap().path();
+    assert!(s.join("trace.jsonl").is_file());
+    // Nothing landed beside the capsule or anywhere outside the records root.
+    let escaped: Vec<_> = std::fs::read_dir(&c.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ses_"))
+        .collect();
+    assert!(escaped.is_empty(), "{escaped:?}");
+}
+
+#[test]
+fn records_runtime_directories_and_logs_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let script =
+        "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo hi\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], "", script);
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // The runtime directory is removed at the session's end; its parent stays.
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = c
+        .home
+        .join("records")
+        .join(c.dir.strip_prefix("/").unwrap());
+    let s = std::fs::read_dir(&base)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(mode(&c.home.join("records")), 0o700);
+    assert_eq!(mode(&s), 0o700);
+    assert_eq!(mode(&s.join("logs")), 0o700);
+    assert_eq!(mode(&s.join("out")), 0o700);
+    assert_eq!(mode(&s.join("trace.jsonl")), 0o600);
+    assert_eq!(mode(&s.join("out/result.txt")), 0o600);
+    let logs: Vec<_> = std::fs::read_dir(s.join("logs")).unwrap().collect();
+    assert_eq!(logs.len(), 1);
+    assert_eq!(mode(&logs[0].as_ref().unwrap().path()), 0o600);
+    assert_eq!(mode(&c.home.join("run")), 0o700);
+}
+
+#[test]
 fn mur_check_prints_every_error_with_position_and_nearest_key() {
     let c = Capsule::new().manifest(
         "name: t\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: r.yaml}\n  max_turnz: 3\ncapabilities:\n  shel: {allow: [rm]}\n",

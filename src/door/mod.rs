@@ -82,6 +82,7 @@
 pub mod book;
 mod rpc;
 pub mod server;
+pub mod token;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

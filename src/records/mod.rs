@@ -6,7 +6,7 @@
 //! with one `write(2)` to a file opened `O_APPEND`, so a crash may lose the last record
 //! but never leaves a half line before another.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,7 +38,10 @@ impl Trace {
     ///
     /// Errors: the file cannot be opened.
     pub fn open(path: &Path, session: &str) -> std::io::Result<Trace> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = crate::private::file_options()
+            .create(true)
+            .append(true)
+            .open(path)?;
         let (tx, rx) = unbounded::<Line>();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())

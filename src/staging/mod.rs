@@ -346,12 +346,12 @@ pub fn stage_member(
         let path = path.to_path_buf();
         move |source| StageError::Io { path, source }
     };
-    std::fs::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
+    crate::private::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
     let staged_manifest = runtime_dir.join("murmur.yaml");
-    std::fs::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
+    crate::private::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
     for t in &inventory {
         let dir = runtime_dir.join("tools").join(&t.name);
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        crate::private::create_dir_all(&dir).map_err(io(&dir))?;
         let doc = ToolManifest {
             name: &t.name,
             version: "0.0.0",
@@ -364,7 +364,7 @@ pub fn stage_member(
             StageError::Other(format!("cannot write the manifest of {}: {e}", t.name))
         })?;
         let file = dir.join("murmur.yaml");
-        std::fs::write(&file, text).map_err(io(&file))?;
+        crate::private::write(&file, text).map_err(io(&file))?;
     }
     let workdir = capsule_dir.join(&m.workdir);
     let workdir = workdir
