@@ -141,9 +141,18 @@ pub struct DoorArgs {
     #[arg(value_name = "CAPSULE")]
     pub capsule: PathBuf,
     /// The address to listen on, IP:PORT. Port 0 picks a free port. Default:
-    /// 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines).
+    /// 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines). The
+    /// door speaks plain HTTP only; beyond loopback it warns at start that the token
+    /// travels in clear, unless --advertise-url is an https:// URL. Serve other
+    /// machines through a TLS terminator (nginx, Caddy, an ingress) in front.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7431")]
     pub listen: std::net::SocketAddr,
+    /// The URL the agent card advertises to clients, e.g. the TLS terminator's
+    /// https://agent.example.com/. Default: http://ADDR/ of --listen, or, listening on
+    /// every address (0.0.0.0, ::), http://HOST/ with the Host header of the card
+    /// request.
+    #[arg(long, value_name = "URL")]
+    pub advertise_url: Option<String>,
     /// Read the bearer token from the first line of FILE. Default: the environment
     /// variable MURMUR_DOOR_TOKEN. The file must be private to its owner (no access for
     /// group or others: chmod 600 FILE) and the token at least 16 bytes long (openssl

@@ -307,7 +307,14 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
     };
     let shutdown = signals()?;
     supervise();
-    launch::run_door(&args.capsule, args.listen, token, records_dir, &shutdown)
-        .map_err(launch_error)?;
+    launch::run_door(
+        &args.capsule,
+        args.listen,
+        token,
+        args.advertise_url.clone(),
+        records_dir,
+        &shutdown,
+    )
+    .map_err(launch_error)?;
     Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })
 }

@@ -1757,14 +1757,14 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     );
 }
 
-/// `mur door` on a scripted capsule with `args` and `MURMUR_DOOR_TOKEN` as given: the
-/// exit code and stderr when it refuses to start, or `None` once it prints its URL
-/// (it is then stopped).
-fn door_start(
+/// `mur door` on a scripted capsule with `args` and `MURMUR_DOOR_TOKEN` as given:
+/// whether it started (printed its URL; it is then stopped with SIGTERM), its exit
+/// code and its stderr.
+fn door_run(
     c: &support::Capsule,
     args: &[&std::ffi::OsStr],
     env_token: Option<&str>,
-) -> Option<(i32, String)> {
+) -> (bool, i32, String) {
     static STARTS: AtomicUsize = AtomicUsize::new(0);
     let records = c
         .root
@@ -1773,12 +1773,15 @@ fn door_start(
     let mut cmd = c.mur();
     cmd.arg("door")
         .arg(&c.dir)
-        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .args(["--records-dir"])
         .arg(&records)
         .args(args)
         .env_remove("MURMUR_DOOR_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if !args.iter().any(|a| *a == "--listen") {
+        cmd.args(["--listen", "127.0.0.1:0"]);
+    }
     if let Some(t) = env_token {
         cmd.env("MURMUR_DOOR_TOKEN", t);
     }
@@ -1787,20 +1790,32 @@ fn door_start(
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    if line.starts_with("door: ") {
+    let started = line.starts_with("door: ");
+    if started {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         )
         .unwrap();
-        let _ = child.wait();
-        return None;
     }
     let out = child.wait_with_output().unwrap();
-    Some((
+    (
+        started,
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    )
+}
+
+/// [`door_run`]: `None` when the door started, else its exit code and stderr.
+fn door_start(
+    c: &support::Capsule,
+    args: &[&std::ffi::OsStr],
+    env_token: Option<&str>,
+) -> Option<(i32, String)> {
+    match door_run(c, args, env_token) {
+        (true, _, _) => None,
+        (false, code, err) => Some((code, err)),
+    }
 }
 
 #[test]
@@ -1849,4 +1864,118 @@ fn a_token_file_open_to_others_or_a_short_token_is_refused_with_how_to_fix_it() 
         "{err}"
     );
     assert_eq!(door_start(&c, &[], Some("sixteen-bytes!!!")), None);
+}
+
+/// The `supportedInterfaces[0].url` of the card `door` serves to a request with `host`.
+fn card_url(addr: SocketAddr, host: &str) -> String {
+    let r = raw(
+        addr,
+        format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    r.json()["supportedInterfaces"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_card_advertises_the_url_it_is_given_or_the_host_it_was_asked_at() {
+    let d = door_with(
+        Echo::new(0, 0),
+        DoorLimits {
+            advertised_url: Some("https://agent.example.com/a2a/".into()),
+            ..DoorLimits::default()
+        },
+    );
+    assert_eq!(
+        card_url(d.local_addr(), "anything"),
+        "https://agent.example.com/a2a/"
+    );
+    // Bound to every address: the host the client asked, never 0.0.0.0.
+    let any = Door::start(
+        "0.0.0.0:0".parse().unwrap(),
+        TOKEN.into(),
+        Echo::new(0, 0),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    let port = any.local_addr().port();
+    let local: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(
+        card_url(local, "203.0.113.9:7431"),
+        "http://203.0.113.9:7431/"
+    );
+    assert_eq!(
+        card_url(local, "agent.example.com"),
+        "http://agent.example.com/"
+    );
+    // A Host that is no plain host[:port] is not echoed.
+    assert_eq!(
+        card_url(local, "evil/x?y"),
+        format!("http://0.0.0.0:{port}/")
+    );
+    // Bound to one address, that address whatever the Host.
+    let d = door();
+    assert_eq!(
+        card_url(d.local_addr(), "elsewhere:1"),
+        format!("http://{}/", d.local_addr())
+    );
+    for (bad, why) in [
+        (
+            "ftp://agent.example.com/",
+            "must start with http:// or https://",
+        ),
+        ("agent.example.com", "must start with http:// or https://"),
+        ("https://", "is not a URL"),
+    ] {
+        let e = Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            TOKEN.into(),
+            Echo::new(0, 0),
+            DoorLimits {
+                advertised_url: Some(bad.into()),
+                ..DoorLimits::default()
+            },
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn mur_door_beyond_loopback_warns_that_the_token_travels_in_clear() {
+    let c = support::Capsule::scripted(&[], "", "- text: hi\n");
+    let token = Some("door-token-for-tests");
+    let os = |v: &'static str| std::ffi::OsStr::new(v);
+    let warning = "beyond loopback, over plain HTTP: the bearer token and every task travel in clear; put a TLS terminator (a reverse proxy) in front and give its address with --advertise-url https://…, or listen on 127.0.0.1";
+    let (started, _, err) = door_run(&c, &[os("--listen"), os("0.0.0.0:0")], token);
+    assert!(started, "{err}");
+    assert!(err.contains(warning), "{err}");
+    let (started, _, err) = door_run(&c, &[], token);
+    assert!(started, "{err}");
+    assert!(!err.contains("plain HTTP"), "{err}");
+    let (started, _, err) = door_run(
+        &c,
+        &[
+            os("--listen"),
+            os("0.0.0.0:0"),
+            os("--advertise-url"),
+            os("https://agent.example.com/"),
+        ],
+        token,
+    );
+    assert!(started, "{err}");
+    assert!(!err.contains("plain HTTP"), "{err}");
+    let (started, code, err) = door_run(&c, &[os("--advertise-url"), os("ftp://x/")], token);
+    assert!(!started);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "--advertise-url: advertised URL `ftp://x/` must start with http:// or https://"
+        ),
+        "{err}"
+    );
 }

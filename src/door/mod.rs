@@ -248,6 +248,13 @@ pub struct DoorLimits {
     pub max_blocking_sends: usize,
     /// `Cache-Control` of the agent card. Defaults to `public, max-age=300`.
     pub card_cache_control: String,
+    /// The URL the agent card advertises in `supportedInterfaces` (an `http://` or
+    /// `https://` URL with a host), for a door reached through a TLS terminator, a
+    /// reverse proxy or a name: e.g. `https://agent.example.com/`. Defaults to `None`:
+    /// `http://<bound address>/`, or, bound to every address (`0.0.0.0`, `::`),
+    /// `http://<the card request's Host header>/` (the bound address when the header
+    /// is missing or not a plain `host[:port]`).
+    pub advertised_url: Option<String>,
 }
 
 impl Default for DoorLimits {
@@ -267,6 +274,7 @@ impl Default for DoorLimits {
             send_wait: Duration::from_secs(300),
             max_blocking_sends: 4,
             card_cache_control: "public, max-age=300".to_string(),
+            advertised_url: None,
         }
     }
 }
@@ -289,6 +297,44 @@ pub enum DoorError {
     /// The limits are unusable (zero connections, zero body size, …).
     #[error("invalid door limits: {0}")]
     Limits(String),
+}
+
+/// Checks a URL for [`DoorLimits::advertised_url`].
+///
+/// # Errors
+///
+/// A message naming the URL and what is wrong: not a URL, a scheme other than `http`
+/// or `https`, no host.
+pub fn check_advertised_url(url: &str) -> Result<(), String> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|e| format!("advertised URL `{url}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "advertised URL `{url}` must start with http:// or https://"
+            ))
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("advertised URL `{url}` has no host"));
+    }
+    Ok(())
+}
+
+/// The warning for a door listening beyond loopback over plain HTTP, or `None` when
+/// `listen` is a loopback address or the card advertises an `https://` URL (a TLS
+/// terminator in front). The door itself speaks plain HTTP only: TLS is a reverse
+/// proxy's job (nginx, Caddy, an ingress, `stunnel`), which also brings certificate
+/// renewal; the door's bearer token must not cross a network in clear.
+pub fn exposure_warning(listen: SocketAddr, advertised_url: Option<&str>) -> Option<String> {
+    if listen.ip().is_loopback() || advertised_url.is_some_and(|u| u.starts_with("https://")) {
+        return None;
+    }
+    Some(format!(
+        "the door listens on {listen}, beyond loopback, over plain HTTP: the bearer token and every task travel in clear; put a TLS terminator (a reverse proxy) in front and give its address with --advertise-url https://…, or listen on 127.0.0.1"
+    ))
 }
 
 /// A running door. Dropping it shuts it down (as [`Door::shutdown`]).
@@ -325,6 +371,9 @@ impl Door {
                 limits.max_body_bytes,
                 limits.max_header_bytes
             )));
+        }
+        if let Some(u) = &limits.advertised_url {
+            check_advertised_url(u).map_err(DoorError::Limits)?;
         }
         let listener = std::net::TcpListener::bind(listen).map_err(|source| DoorError::Bind {
             addr: listen,
