@@ -10,3 +10,4 @@ cargo bench --locked --bench run
 cargo bench --locked --bench background
 cargo bench --locked --bench formation
 cargo bench --locked --bench door
+cargo bench --locked --bench door_hostile

@@ -746,6 +746,46 @@ fn records_runtime_directories_and_logs_are_private() {
 }
 
 #[test]
+fn a_large_task_is_cut_in_its_record_and_kept_whole_beside_the_trace() {
+    let c = Capsule::scripted(&[], "", "- text: done\n");
+    let text: String = (0..100_000).map(|i| format!("{i:09}\n")).collect();
+    let file = c.root.path().join("task.txt");
+    std::fs::write(&file, &text).unwrap();
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .arg("--task-file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = support::read_trace(&c.records);
+    let start = trace.iter().find(|r| r["type"] == "task_start").unwrap();
+    assert_eq!(start["text"].as_str().unwrap(), &text[..64 * 1024]);
+    let cut = &start["truncated"][0];
+    assert_eq!(cut["field"], "text");
+    assert_eq!(cut["bytes"], text.len());
+    let blob = c.records.join(cut["file"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(blob).unwrap(), text);
+    // No line holds more than one cut string (its newlines escaped) and the rest.
+    let raw = std::fs::read_to_string(c.records.join("trace.jsonl")).unwrap();
+    let long: Vec<(usize, String)> = raw
+        .lines()
+        .filter(|l| l.len() > 80 * 1024)
+        .map(|l| (l.len(), l[..120].to_string()))
+        .collect();
+    assert!(long.is_empty(), "{long:?}");
+}
+
+#[test]
 fn mur_check_prints_every_error_with_position_and_nearest_key() {
     let c = Capsule::new().manifest(
         "name: t\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: r.yaml}\n  max_turnz: 3\ncapabilities:\n  shel: {allow: [rm]}\n",
