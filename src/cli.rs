@@ -148,8 +148,8 @@ pub struct DoorArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7431")]
     pub listen: std::net::SocketAddr,
     /// The URL the agent card advertises to clients, e.g. the TLS terminator's
-    /// https://agent.example.com/. Default: http://ADDR/ of --listen, or, listening on
-    /// every address (0.0.0.0, ::), http://HOST/ with the Host header of the card
+    /// `https://agent.example.com/`. Default: `http://ADDR/` of --listen, or, listening on
+    /// every address (0.0.0.0, ::), `http://HOST/` with the Host header of the card
     /// request.
     #[arg(long, value_name = "URL")]
     pub advertise_url: Option<String>,
