@@ -9,7 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// A capsule is a directory with a murmur.yaml. mur run stages it, runs one task and
 /// prints the answer on stdout. Every event of the session is written to trace.jsonl in
-/// its records directory.
+/// its records directory, private to the user (directories 0700, files 0600). A
+/// record keeps at most 64 KiB of any one string, the whole text going to a file in
+/// blobs/ beside the trace that the record names; a session's records are limited to
+/// 256 MiB, past which a records_limit record is written, strings are cut to 4 KiB and
+/// no more blob files are written.
 ///
 /// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
 /// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
