@@ -14,6 +14,7 @@ pub mod exit;
 pub mod formation;
 pub mod generate;
 pub mod ids;
+pub mod inspect;
 pub mod inference;
 pub mod manifest;
 pub mod progress;

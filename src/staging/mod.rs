@@ -14,6 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::manifest::{Manifest, Transport};
+
+pub mod runtime;
 use crate::tools::{self, ToolEntry, RESERVED};
 
 /// A staged capsule.
@@ -332,6 +334,7 @@ pub fn stage_member(
         move |source| StageError::Io { path, source }
     };
     std::fs::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
+    runtime::lock(&runtime_dir);
     let staged_manifest = runtime_dir.join("murmur.yaml");
     std::fs::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
     for t in &inventory {
@@ -439,6 +442,9 @@ pub fn fresh_records_dir(d: &Path) -> Result<PathBuf, String> {
 
 /// Removes the runtime directories it holds when dropped: a session's runtime
 /// directory lives as long as the session, on every path out (the records stay).
+/// Under `--keep-runtime` ([`runtime::keep_runtime_dirs`]) they are marked kept
+/// instead; dropped while the thread panics, they are left for inspection (the next
+/// start sweeps them, see [`runtime::sweep_leftovers`]).
 #[derive(Debug, Default)]
 pub struct RuntimeDirs(Vec<PathBuf>);
 
@@ -451,12 +457,18 @@ impl RuntimeDirs {
 
 impl Drop for RuntimeDirs {
     fn drop(&mut self) {
+        let panicking = std::thread::panicking();
         for d in &self.0 {
-            if let Err(e) = std::fs::remove_dir_all(d) {
+            if panicking {
+                log::warn!("left the runtime directory {} for inspection", d.display());
+            } else if runtime::keeping() {
+                runtime::mark_kept(d);
+            } else if let Err(e) = std::fs::remove_dir_all(d) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     log::warn!("cannot remove the runtime directory {}: {e}", d.display());
                 }
             }
+            runtime::release(d);
         }
     }
 }

@@ -1,0 +1,151 @@
+//! The operator's view of records: `mur trace` (one session read as the conversation,
+//! or its records as JSON lines), `mur sessions` (the recent sessions) and `mur gc`
+//! (removing old records and leftover runtime directories).
+//!
+//! Everything here reads `trace.jsonl` as a stream ([`crate::records::read`]), so a
+//! trace of any length is shown in constant memory.
+
+pub mod gc;
+pub mod render;
+pub mod sessions;
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::records::read::{kind_of, TraceLines};
+
+/// How often `--follow` looks for new lines.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+/// Whether to colour output written to stdout: only on a terminal, and never when
+/// `NO_COLOR` is set to a non-empty value (no-color.org) or `TERM` is `dumb`.
+pub fn stdout_color() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+    std::io::stdout().is_terminal() && !no_color && !dumb
+}
+
+/// What `mur trace` shows.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOptions {
+    /// The records as JSON lines, unchanged, instead of the human view.
+    pub json: bool,
+    /// Only records of these types (all when empty).
+    pub types: Vec<String>,
+    /// Tool results and inputs whole instead of cut.
+    pub full: bool,
+    /// Keep reading as the session writes, until its `session_end`.
+    pub follow: bool,
+    /// ANSI colour in the human view.
+    pub color: bool,
+}
+
+/// `mur trace`: writes the trace at `path` to `out` as `opts` says, and notes on
+/// `err` (a line cut short under `--json`, a session that ended before `--follow`
+/// began, one whose `mur` died without `session_end`).
+///
+/// Errors: the trace cannot be opened or read, or `out` cannot be written (a closed
+/// pipe is the caller's to treat as the end).
+pub fn trace(
+    path: &Path,
+    opts: &TraceOptions,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> std::io::Result<()> {
+    let mut lines = TraceLines::open(path)?;
+    let mut view = render::Renderer::new(out, opts.color, opts.full);
+    let mut ended = false;
+    let mut first_pass = true;
+    loop {
+        // Checked before reading: a writer that lets go of its lock after this has
+        // written its lines before the next read.
+        let running = opts.follow && crate::records::is_running(path);
+        while let Some(l) = lines.next_line()? {
+            let kind = kind_of(&l.text);
+            if kind.as_deref() == Some("session_end") {
+                ended = true;
+            }
+            let wanted = opts.types.is_empty()
+                || kind.as_ref().is_some_and(|k| opts.types.iter().any(|t| t == k));
+            if !wanted {
+                continue;
+            }
+            if opts.json {
+                let o = view.out();
+                o.write_all(l.text.as_bytes())?;
+                o.write_all(b"\n")?;
+            } else {
+                view.line(l.number, &l.text)?;
+            }
+        }
+        view.out().flush()?;
+        if !opts.follow {
+            break;
+        }
+        if ended {
+            if first_pass {
+                writeln!(
+                    err,
+                    "mur: trace: the session has ended (its trace ends with session_end); nothing more to follow"
+                )?;
+            }
+            break;
+        }
+        if !running {
+            writeln!(
+                err,
+                "mur: trace: the session is not running and its trace has no session_end (its mur was killed?); stopped following"
+            )?;
+            break;
+        }
+        first_pass = false;
+        std::thread::sleep(FOLLOW_POLL);
+    }
+    if let Some(p) = lines.partial() {
+        if opts.json {
+            writeln!(
+                err,
+                "mur: trace: line {} is cut short ({} bytes, no newline: the writing mur was killed or the disk filled); not printed",
+                p.number,
+                p.text.len()
+            )?;
+        } else if opts.types.is_empty() {
+            view.partial(p.number, &p.text)?;
+        }
+    }
+    view.out().flush()
+}
+
+/// `mur run --json`'s copier: from the moment `path` exists, copies each complete line
+/// of it to `out` as it is written, until `stop` is set, then copies what is left and
+/// returns. `mur` sets `stop` once the session has returned (its trace closed, so every
+/// record is on disk). Errors writing `out` end the copy (a reader that went away).
+pub fn copy_lines_until(
+    path: &Path,
+    stop: &std::sync::atomic::AtomicBool,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut lines = loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        match TraceLines::open(path) {
+            Ok(l) => break l,
+            Err(_) if !stopping => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    };
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        while let Some(l) = lines.next_line()? {
+            out.write_all(l.text.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        if stopping {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
