@@ -289,8 +289,7 @@ fn print_result_line(session_id: &str, outcome: &session::Outcome, code: u8) -> 
 
 /// The session id of the trace in `records_dir` (its first record's `session`).
 fn session_of(records_dir: &Path) -> Option<String> {
-    let mut lines =
-        mur::records::read::TraceLines::open(&records_dir.join("trace.jsonl")).ok()?;
+    let mut lines = mur::records::read::TraceLines::open(&records_dir.join("trace.jsonl")).ok()?;
     let first = lines.next_line().ok()??;
     let v: serde_json::Value = serde_json::from_str(&first.text).ok()?;
     v.get("session")?.as_str().map(str::to_string)
@@ -328,10 +327,7 @@ fn run_sessions(args: mur::cli::SessionsArgs) -> Result<u8, Fail> {
             .try_for_each(|s| writeln!(out, "{}", serde_json::to_string(s).unwrap_or_default()))
     } else if list.is_empty() {
         drop(out);
-        eprintln!(
-            "mur: no sessions under {}",
-            home.join("records").display()
-        );
+        eprintln!("mur: no sessions under {}", home.join("records").display());
         return Ok(0);
     } else {
         write!(out, "{}", mur::inspect::sessions::table(&list))

@@ -89,7 +89,11 @@ fn prune_empty(mut dir: PathBuf, stop: &Path) {
 pub fn gc(home: &Path, opts: &GcOptions, out: &mut dyn Write) -> std::io::Result<GcReport> {
     let now = SystemTime::now();
     let root = home.join("records");
-    let verb = if opts.dry_run { "would remove" } else { "removed" };
+    let verb = if opts.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
     let mut report = GcReport::default();
     for f in scan(&root) {
         let trace = f.dir.join("trace.jsonl");

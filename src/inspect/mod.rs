@@ -67,7 +67,9 @@ pub fn trace(
                 ended = true;
             }
             let wanted = opts.types.is_empty()
-                || kind.as_ref().is_some_and(|k| opts.types.iter().any(|t| t == k));
+                || kind
+                    .as_ref()
+                    .is_some_and(|k| opts.types.iter().any(|t| t == k));
             if !wanted {
                 continue;
             }

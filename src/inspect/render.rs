@@ -295,10 +295,12 @@ impl<W: Write> Renderer<W> {
             }
             "session_status" => {
                 let st = r.get("status");
-                let at_path = |p: &str| st.and_then(|v| v.pointer(p)).map(|v| match v {
-                    Value::String(s) => s.clone(),
-                    v => v.to_string(),
-                });
+                let at_path = |p: &str| {
+                    st.and_then(|v| v.pointer(p)).map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    })
+                };
                 let label = self.paint("2", "status");
                 writeln!(
                     self.out,
@@ -314,7 +316,14 @@ impl<W: Write> Renderer<W> {
             }
             "task_end" => {
                 let status = s("exit_status");
-                let st = self.paint(if status == "completed" { "1;32" } else { "1;31" }, &status);
+                let st = self.paint(
+                    if status == "completed" {
+                        "1;32"
+                    } else {
+                        "1;31"
+                    },
+                    &status,
+                );
                 let label = self.paint("1;36", "task end");
                 let took = match (
                     self.task_start.get(&s("task")),
@@ -338,7 +347,14 @@ impl<W: Write> Renderer<W> {
             }
             "session_end" => {
                 let status = s("exit_status");
-                let st = self.paint(if status == "completed" { "1;32" } else { "1;31" }, &status);
+                let st = self.paint(
+                    if status == "completed" {
+                        "1;32"
+                    } else {
+                        "1;31"
+                    },
+                    &status,
+                );
                 let label = self.paint("1", "session end");
                 let took = match (
                     self.start,
@@ -362,7 +378,8 @@ impl<W: Write> Renderer<W> {
                     let label = self.paint("1", other);
                     writeln!(self.out, "{at} {label} {v}")
                 } else {
-                    let label = self.paint("1;31", &format!("{other} (unknown record type, shown raw)"));
+                    let label =
+                        self.paint("1;31", &format!("{other} (unknown record type, shown raw)"));
                     writeln!(self.out, "{at} {label}")?;
                     writeln!(self.out, "{INDENT}{}", self.cut_str(raw, CUT_INPUT * 4))
                 }
@@ -378,7 +395,11 @@ impl<W: Write> Renderer<W> {
         if !s("member").is_empty() {
             head.push_str(&format!(" (member {})", s("member")));
         }
-        head.push_str(&format!(" · driver {} · mur {}", s("driver"), s("mur_version")));
+        head.push_str(&format!(
+            " · driver {} · mur {}",
+            s("driver"),
+            s("mur_version")
+        ));
         writeln!(self.out, "{head}")?;
         writeln!(self.out, "{INDENT}started {}", s("ts"))?;
         if !s("deadline").is_empty() {
@@ -402,7 +423,8 @@ impl<W: Write> Renderer<W> {
         let total_lines = text.lines().count();
         let mut shown_bytes = 0;
         // Cutting a few lines saves nothing: a result barely over the cut is shown whole.
-        let cut = cut && !self.full && (total_lines > CUT_LINES + 4 || text.len() > CUT_BYTES + 400);
+        let cut =
+            cut && !self.full && (total_lines > CUT_LINES + 4 || text.len() > CUT_BYTES + 400);
         for (i, l) in text.lines().enumerate() {
             if cut && (i >= CUT_LINES || shown_bytes + l.len() > CUT_BYTES) {
                 let more = self.paint(
@@ -456,7 +478,9 @@ fn ms(v: Option<u64>) -> String {
 
 fn secs(b: SystemTime, a: SystemTime) -> String {
     ms(Some(
-        b.duration_since(a).map(|d| d.as_millis() as u64).unwrap_or(0),
+        b.duration_since(a)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
     ))
 }
 
@@ -484,7 +508,10 @@ mod tests {
         let out = String::from_utf8(r.out).unwrap();
         assert!(out.contains("│ line 11\n"), "{out}");
         assert!(!out.contains("line 12\n"), "{out}");
-        assert!(out.contains("… 28 more line(s), 270 bytes in all (--full shows all)"), "{out}");
+        assert!(
+            out.contains("… 28 more line(s), 270 bytes in all (--full shows all)"),
+            "{out}"
+        );
         let mut r = Renderer::new(Vec::new(), false, true);
         r.line(1, &rec.to_string()).unwrap();
         let out = String::from_utf8(r.out).unwrap();

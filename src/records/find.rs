@@ -31,7 +31,10 @@ pub fn scan(root: &Path) -> Vec<Found> {
             let path = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with("ses_") && path.join("trace.jsonl").is_file() {
-                found.push(Found { id: name, dir: path });
+                found.push(Found {
+                    id: name,
+                    dir: path,
+                });
             } else {
                 stack.push(path);
             }

@@ -296,7 +296,7 @@ pub fn serve(
             &home.join("records").join("latest"),
             &crate::staging::default_records_dir(&home, &spec.staged.capsule_dir, "latest"),
         ],
-        &rd,
+        rd,
     );
     let after_task = spec.manifest.after_task.unwrap_or(default_after);
     let mut lp = Loop {
