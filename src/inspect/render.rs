@@ -509,7 +509,7 @@ mod tests {
         assert!(out.contains("│ line 11\n"), "{out}");
         assert!(!out.contains("line 12\n"), "{out}");
         assert!(
-            out.contains("… 28 more line(s), 270 bytes in all (--full shows all)"),
+            out.contains("… 28 more line(s), 310 bytes in all (--full shows all)"),
             "{out}"
         );
         let mut r = Renderer::new(Vec::new(), false, true);
