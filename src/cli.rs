@@ -38,6 +38,13 @@ pub enum Command {
     /// $ mur run examples/hello --task "How many files are there?"
     ///
     /// $ mur run --roster examples/formation/roster.yaml --task "Review notes.txt"
+    ///
+    /// After the answer, one line on stderr names the session and its records
+    /// directory: `mur: session ses_…: records in DIR`; `mur trace latest` shows it.
+    #[command(
+        after_long_help = RUN_JSON_OUTPUT,
+        override_usage = "mur run [OPTIONS] [CAPSULE]\n       mur run --roster <FILE> [OPTIONS]"
+    )]
     Run(RunArgs),
     /// Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a
     /// formation on another machine, can give it tasks.
@@ -63,6 +70,7 @@ pub enum Command {
     /// FILE: KEY.PATH: MESSAGE. Exit status 0 when the capsule is valid, 2 otherwise.
     ///
     /// $ mur check examples/hello
+    #[command(override_usage = "mur check [CAPSULE]\n       mur check --roster <FILE>")]
     Check(CheckArgs),
     /// Stage a capsule: write its runtime directory and print the tool inventory.
     ///
@@ -118,6 +126,26 @@ pub enum Command {
     #[command(hide = true)]
     Generate(GenerateArgs),
 }
+
+/// The JSON OUTPUT section of mur-run(1): the schema of `mur run --json`.
+pub const RUN_JSON_OUTPUT: &str = "JSON OUTPUT
+
+With --json, stdout carries JSON lines only, for CI and scripts, and the progress line \
+is off. First every record of the session, each line exactly as trace.jsonl has it, \
+written while the session runs: {\"ts\": RFC 3339 UTC with ms, \"seq\": 1, 2, …, \
+\"session\": \"ses_…\", \"task\": \"tsk_…\" or null, \"type\": the record type, …its \
+fields} (session_start, task_start, inference, tool_call, …, task_end, session_end; \
+see mur trace and the README's Records section). Then one last line:
+
+{\"type\": \"result\", \"session\": \"ses_…\", \"task\": \"tsk_…\", \"exit_status\": \
+\"completed\" (or failed, no_answer, canceled, deadline, max_turns, spend_ceiling), \
+\"exit_code\": the exit status of mur, \"answer\": the answer or null, \"error\": why \
+there is none or null, \"records_dir\": the records directory}
+
+The answer is not printed on its own. Diagnostics and the session line stay on \
+stderr. With --roster the entry member's records are printed when the formation ends. \
+A record type this build does not write yet may appear in later versions: skip the \
+types you do not know.";
 
 /// `mur run`.
 #[derive(Debug, Args)]

@@ -145,8 +145,9 @@ Unset: warnings and errors only.
 Session events go to \fItrace.jsonl\fR whatever this says.
 .TP
 .B NO_COLOR
-When set to a non\-empty value, log output on standard error is never coloured.
-Unset: coloured only when standard error is a terminal.
+When set to a non\-empty value, log output on standard error and
+\fBmur trace\fR's view are never coloured.
+Unset: coloured only when the stream is a terminal.
 "#;
 
 /// The FILES section.
@@ -163,8 +164,17 @@ A session's records:
 \fItrace.jsonl\fR, \fIlogs/wrk_*.log\fR, \fIout/result.txt\fR.
 PATH is the capsule directory's absolute path without its leading slash.
 .TP
+.I $MURMUR_HOME/records/latest
+A symlink to the records directory of the newest session started
+(\fBmur trace latest\fR reads it); \fI$MURMUR_HOME/records/PATH/latest\fR
+is the newest of that capsule. Each is replaced atomically.
+.TP
 .I $MURMUR_HOME/run/SESSION/
-The runtime directory written at staging.
+The runtime directory written at staging, removed when the session ends
+(kept with \fB\-\-keep\-runtime\fR and by \fBmur stage\fR, marked \fI.keep\fR).
+Its \fI.lock\fR is held while the session runs; one that nobody holds
+(a \fBmur\fR that was killed) is removed by the next \fBmur run\fR or
+\fBmur door\fR; \fBmur gc\fR removes old kept ones.
 .PP
 This build has no artifact store (no \fI$MURMUR_HOME/store/\fR):
 it uses nothing under \fI$MURMUR_HOME\fR

@@ -76,8 +76,14 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                     Err(f)
                 }
                 Err(f) => Err(f),
-                Ok(_) => {
-                    println!("{}: ok", args.capsule.display());
+                Ok((dir, _, m)) => {
+                    // `.` (the default) says nothing: name the directory.
+                    let shown = if args.capsule == Path::new(".") {
+                        dir.display().to_string()
+                    } else {
+                        args.capsule.display().to_string()
+                    };
+                    println!("{shown}: ok (capsule {})", m.name);
                     Ok(0)
                 }
             }

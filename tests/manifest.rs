@@ -285,7 +285,26 @@ fn tab_indentation_is_named() {
 fn other_syntax_errors_carry_the_scanner_position() {
     assert_eq!(
         errors("name: a\ntools: [acme/x\n"),
-        ["murmur.yaml:3:1: invalid YAML: while parsing a flow sequence, expected ',' or ']'"]
+        ["murmur.yaml:2:8: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 3:1: while parsing a flow sequence, expected ',' or ']')"]
+    );
+}
+
+#[test]
+fn an_unclosed_bracket_is_reported_where_it_opened_not_at_the_end() {
+    // An unclosed `[` on line 25 of a longer manifest: the scanner gives up at 26:1.
+    let mut text = String::from("name: a\n");
+    for i in 2..25 {
+        text.push_str(&format!("# comment line {i}\n"));
+    }
+    text.push_str("tools: [acme/x, acme/y\n");
+    assert_eq!(
+        errors(&text),
+        ["murmur.yaml:25:8: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 26:1: while parsing a flow sequence, expected ',' or ']')"]
+    );
+    // One that is followed by more keys, where the scanner trips on the next `:`.
+    assert_eq!(
+        errors("name: a\ncapabilities:\n  shell:\n    allow: [ls, cat\nworkdir: .\n"),
+        ["murmur.yaml:4:12: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 5:8: illegal placement of ':' indicator)"]
     );
 }
 

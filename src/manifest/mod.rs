@@ -4,6 +4,7 @@
 //! [`ManifestError`] listing every problem with its `file:line:column`. The key
 //! reference is in [`types`].
 
+mod flow;
 pub mod keys;
 pub mod parse;
 pub mod roster;

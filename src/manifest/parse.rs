@@ -186,7 +186,23 @@ fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
             tab_lines.push(i + 1);
         }
     }
-    if !tab_lines.contains(&e.pos.line) {
-        cx.err(e.pos, "", format!("invalid YAML: {}", e.message));
+    if tab_lines.contains(&e.pos.line) {
+        return;
+    }
+    // An unclosed `[` or `{` is reported where the scanner gave up, often the end of
+    // the file: point at where it opened instead.
+    match super::flow::unclosed_before(text, e.pos) {
+        Some((open, ch)) => {
+            let close = if ch == '[' { ']' } else { '}' };
+            cx.err(
+                open,
+                "",
+                format!(
+                    "invalid YAML: this `{ch}` is never closed; close it with `{close}` (the parser gave up at {}:{}: {})",
+                    e.pos.line, e.pos.column, e.message
+                ),
+            );
+        }
+        None => cx.err(e.pos, "", format!("invalid YAML: {}", e.message)),
     }
 }
