@@ -314,7 +314,7 @@ fn wrong_type_says_expected_and_found() {
         errors("name: a\ncapabilities: [shell]\nlifecycle: {max_task_reopens: many}\n"),
         [
             "murmur.yaml:2:15: capabilities: expected a mapping, found a list",
-            "murmur.yaml:3:31: lifecycle.max_task_reopens: expected a whole number, found string `many`",
+            "murmur.yaml:3:31: lifecycle.max_task_reopens: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
         ]
     );
 }
@@ -440,7 +440,7 @@ capabilities: {peer_fetch: yes}
         [
             "murmur.yaml:5:56: inference.choices.m.credential: give either `env` or `file`, not both",
             "murmur.yaml:5:88: inference.choices.m.request_timeout_secs: must be at least 1; leave the key out for the default of 300 seconds",
-            "murmur.yaml:6:27: inference.compaction.threshold: must be more than 0 and at most 1, found `1.5`",
+            "murmur.yaml:6:27: inference.compaction: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
             "murmur.yaml:7:28: capabilities.peer_fetch: expected `true`, `false` or a mapping, found string `yes`",
         ]
     );
@@ -497,5 +497,24 @@ fn second_document_is_refused() {
     assert_eq!(
         errors("name: a\n---\nname: b\n"),
         ["murmur.yaml:2:1: a manifest is one YAML document; remove the second `---`"]
+    );
+}
+
+#[test]
+fn a_reserved_key_says_it_is_not_provided_before_asking_for_its_fields() {
+    assert_eq!(
+        errors("name: a\nlifecycle:\n  keep_working: {}\n  done_check: {limit: x}\n"),
+        [
+            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:4:15: lifecycle.done_check: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+        ]
+    );
+    // Other errors around it are still reported.
+    assert_eq!(
+        errors("name: a\nlifecycle:\n  keep_working: {}\n  shell_grace_secs: -1\n"),
+        [
+            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:4:21: lifecycle.shell_grace_secs: must not be negative, found `-1`",
+        ]
     );
 }
