@@ -518,3 +518,31 @@ fn a_reserved_key_says_it_is_not_provided_before_asking_for_its_fields() {
         ]
     );
 }
+
+#[test]
+fn a_roster_member_whose_capsule_is_missing_is_reported_at_its_position_with_a_near_name() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("worker")).unwrap();
+    std::fs::write(d.path().join("worker/murmur.yaml"), "name: worker\n").unwrap();
+    std::fs::create_dir_all(d.path().join("empty")).unwrap();
+    let roster = d.path().join("roster.yaml");
+    std::fs::write(
+        &roster,
+        "formation: f\nentry: lead\nmembers:\n  lead: {capsule: ./workr}\n  e: {capsule: empty}\n",
+    )
+    .unwrap();
+    let errs: Vec<String> = mur::manifest::roster::load_roster(&roster)
+        .unwrap_err()
+        .diagnostics
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let (r, base) = (roster.display(), d.path().display());
+    assert_eq!(
+        errs,
+        [
+            format!("{r}:4:19: members.lead.capsule: `./workr`: no such capsule directory or murmur.yaml, relative to the roster's directory {base} (did you mean `./worker`?)"),
+            format!("{r}:5:16: members.e.capsule: `empty` has no murmur.yaml ({base}/empty is a directory, not a capsule)"),
+        ]
+    );
+}
