@@ -7,6 +7,7 @@
 mod flow;
 pub mod keys;
 pub mod parse;
+pub mod replies;
 pub mod roster;
 mod sections;
 mod suggest;
