@@ -393,6 +393,46 @@ fn member(
     })
 }
 
+/// Why `capsule` (as written, relative to `base`) names no capsule, with the nearest
+/// capsule directory beside where it points; `None` when it is one.
+fn missing_capsule(base: &Path, capsule: &str) -> Option<String> {
+    let p = base.join(capsule);
+    if p.is_file() || p.join("murmur.yaml").is_file() {
+        return None;
+    }
+    if p.is_dir() {
+        return Some(format!(
+            "`{capsule}` has no murmur.yaml ({} is a directory, not a capsule)",
+            p.display()
+        ));
+    }
+    // Capsule directories beside the one named, by the name as written.
+    let written = Path::new(capsule);
+    let (prefix, last) = match (written.parent(), written.file_name()) {
+        (Some(pa), Some(l)) => (pa.to_path_buf(), l.to_string_lossy().into_owned()),
+        _ => (PathBuf::new(), capsule.to_string()),
+    };
+    let siblings: Vec<String> = std::fs::read_dir(base.join(&prefix))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join("murmur.yaml").is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let known: Vec<&str> = siblings.iter().map(String::as_str).collect();
+    let hint = suggest::nearest(&last, &known)
+        .map(|n| {
+            let shown = prefix.join(n).display().to_string();
+            format!(" (did you mean `{shown}`?)")
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "`{capsule}`: no such capsule directory or murmur.yaml, relative to the roster's directory {}{hint}",
+        base.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,44 +510,4 @@ mod tests {
         );
         assert!(errors("formation: [\n")[0].starts_with("roster.yaml:"));
     }
-}
-
-/// Why `capsule` (as written, relative to `base`) names no capsule, with the nearest
-/// capsule directory beside where it points; `None` when it is one.
-fn missing_capsule(base: &Path, capsule: &str) -> Option<String> {
-    let p = base.join(capsule);
-    if p.is_file() || p.join("murmur.yaml").is_file() {
-        return None;
-    }
-    if p.is_dir() {
-        return Some(format!(
-            "`{capsule}` has no murmur.yaml ({} is a directory, not a capsule)",
-            p.display()
-        ));
-    }
-    // Capsule directories beside the one named, by the name as written.
-    let written = Path::new(capsule);
-    let (prefix, last) = match (written.parent(), written.file_name()) {
-        (Some(pa), Some(l)) => (pa.to_path_buf(), l.to_string_lossy().into_owned()),
-        _ => (PathBuf::new(), capsule.to_string()),
-    };
-    let siblings: Vec<String> = std::fs::read_dir(base.join(&prefix))
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.path().join("murmur.yaml").is_file())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    let known: Vec<&str> = siblings.iter().map(String::as_str).collect();
-    let hint = suggest::nearest(&last, &known)
-        .map(|n| {
-            let shown = prefix.join(n).display().to_string();
-            format!(" (did you mean `{shown}`?)")
-        })
-        .unwrap_or_default();
-    Some(format!(
-        "`{capsule}`: no such capsule directory or murmur.yaml, relative to the roster's directory {}{hint}",
-        base.display()
-    ))
 }
