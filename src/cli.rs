@@ -40,7 +40,7 @@ pub enum Command {
     /// $ mur run --roster examples/formation/roster.yaml --task "Review notes.txt"
     ///
     /// After the answer, one line on stderr names the session and its records
-    /// directory: `mur: session ses_…: records in DIR`; `mur trace latest` shows it.
+    /// directory: `mur: session ses_...: records in DIR`; `mur trace latest` shows it.
     #[command(
         after_long_help = RUN_JSON_OUTPUT,
         override_usage = "mur run [OPTIONS] [CAPSULE]\n       mur run --roster <FILE> [OPTIONS]"
@@ -132,12 +132,12 @@ pub const RUN_JSON_OUTPUT: &str = "JSON OUTPUT
 
 With --json, stdout carries JSON lines only, for CI and scripts, and the progress line \
 is off. First every record of the session, each line exactly as trace.jsonl has it, \
-written while the session runs: {\"ts\": RFC 3339 UTC with ms, \"seq\": 1, 2, …, \
-\"session\": \"ses_…\", \"task\": \"tsk_…\" or null, \"type\": the record type, …its \
-fields} (session_start, task_start, inference, tool_call, …, task_end, session_end; \
+written while the session runs: {\"ts\": RFC 3339 UTC with ms, \"seq\": 1, 2, ..., \
+\"session\": \"ses_...\", \"task\": \"tsk_...\" or null, \"type\": the record type, ...its \
+fields} (session_start, task_start, inference, tool_call, ..., task_end, session_end; \
 see mur trace and the README's Records section). Then one last line:
 
-{\"type\": \"result\", \"session\": \"ses_…\", \"task\": \"tsk_…\", \"exit_status\": \
+{\"type\": \"result\", \"session\": \"ses_...\", \"task\": \"tsk_...\", \"exit_status\": \
 \"completed\" (or failed, no_answer, canceled, deadline, max_turns, spend_ceiling), \
 \"exit_code\": the exit status of mur, \"answer\": the answer or null, \"error\": why \
 there is none or null, \"records_dir\": the records directory}
@@ -176,7 +176,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,
     /// Print the session's records on stdout as JSON lines while it runs, as
-    /// trace.jsonl has them, then one last line {"type": "result", …} with the answer;
+    /// trace.jsonl has them, then one last line {"type": "result", ...} with the answer;
     /// no progress line. See mur-run(1), JSON OUTPUT.
     #[arg(long)]
     pub json: bool,

@@ -70,7 +70,9 @@ fn write_page(dir: &Path, cmd: &clap::Command, source: &str, top: bool) -> io::R
     if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
         man.render_subcommands_section(&mut w)?;
     }
-    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+    if cmd.get_name() == "run" {
+        w.write_all(titled_section(crate::cli::RUN_JSON_OUTPUT).as_bytes())?;
+    } else if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
         man.render_extra_section(&mut w)?;
     }
     if top {
@@ -83,6 +85,29 @@ fn write_page(dir: &Path, cmd: &clap::Command, source: &str, top: bool) -> io::R
         man.render_version_section(&mut w)?;
     }
     w.flush()
+}
+
+/// A section from help text whose first paragraph is its title (`mur run`'s JSON
+/// OUTPUT, also shown by `mur run --help`): one `.SH`, then a `.PP` per paragraph.
+fn titled_section(text: &str) -> String {
+    let mut paras = text.split("\n\n");
+    let title = paras.next().unwrap_or_default().trim();
+    let mut s = format!(".SH \"{title}\"\n");
+    for (i, p) in paras.enumerate() {
+        if i > 0 {
+            s.push_str(".PP\n");
+        }
+        let roff = p.trim().replace('\\', "\\e").replace('-', "\\-");
+        for line in roff.lines() {
+            let line = line.trim_start();
+            if line.starts_with('.') || line.starts_with('\'') {
+                s.push_str("\\&");
+            }
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    s
 }
 
 /// The EXIT STATUS section, from the constants of [`crate::exit`].
