@@ -555,3 +555,36 @@ fn run_json_prints_the_records_then_the_result() {
         "{last}"
     );
 }
+
+#[test]
+fn trace_shows_member_calls_and_their_answers_and_a_formation_directory_names_its_members() {
+    let f = support::Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network:\n    allow: [localhost]\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: count}}\n- text: waiting\n- text: \"worker says 3\"\n",
+        )
+        .member("worker", "", "- text: \"3 lines\"\n");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = f.records.join("lead");
+    let t = f.mur().args(["trace"]).arg(&lead).output().unwrap();
+    assert_eq!(t.status.code(), Some(0), "{}", text(&t.stderr));
+    let out = text(&t.stdout);
+    let has = |pat: &str| out.lines().any(|l| l.contains(pat));
+    assert!(has(" call worker [mcl_"), "{out}");
+    assert!(has(" answer from worker [mcl_"), "{out}");
+    assert!(out.contains("           │ 3 lines\n"), "{out}");
+    assert!(has(" continued with 1 answer(s)"), "{out}");
+    let t = f.mur().args(["trace"]).arg(&f.records).output().unwrap();
+    assert_eq!(t.status.code(), Some(2));
+    assert!(
+        text(&t.stderr).ends_with(&format!(
+            "; it holds the records of lead, worker: give one of them, e.g. {}\n",
+            lead.display()
+        )),
+        "{}",
+        text(&t.stderr)
+    );
+}

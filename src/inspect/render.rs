@@ -51,6 +51,7 @@ pub struct Renderer<W: Write> {
     full: bool,
     start: Option<SystemTime>,
     task_start: HashMap<String, SystemTime>,
+    call_start: HashMap<String, SystemTime>,
 }
 
 const INDENT: &str = "           ";
@@ -65,6 +66,7 @@ impl<W: Write> Renderer<W> {
             full,
             start: None,
             task_start: HashMap::new(),
+            call_start: HashMap::new(),
         }
     }
 
@@ -247,6 +249,9 @@ impl<W: Write> Renderer<W> {
                 self.block(&s("content"), true)
             }
             "member_call_start" => {
+                if let Some(t) = ts_of(r) {
+                    self.call_start.insert(s("call_id"), t);
+                }
                 let label = self.paint("1;33", "call");
                 writeln!(
                     self.out,
@@ -276,9 +281,13 @@ impl<W: Write> Renderer<W> {
                 } else {
                     ""
                 };
+                let took = match (self.call_start.get(&s("call_id")), ts_of(r)) {
+                    (Some(a), Some(b)) => format!(" · {}", secs(b, *a)),
+                    _ => String::new(),
+                };
                 writeln!(
                     self.out,
-                    "{at} {label} from {} [{}] {st}{delivered}",
+                    "{at} {label} from {} [{}] {st}{delivered}{took}",
                     s("member"),
                     s("call_id")
                 )?;
@@ -442,6 +451,13 @@ impl<W: Write> Renderer<W> {
         }
         Ok(())
     }
+}
+
+/// A record's `ts`, parsed.
+fn ts_of(r: &Map<String, Value>) -> Option<SystemTime> {
+    r.get("ts")
+        .and_then(Value::as_str)
+        .and_then(|t| humantime::parse_rfc3339(t).ok())
 }
 
 /// The fields of a record other than the common ones (ts, seq, session, task, type).

@@ -122,8 +122,27 @@ fn records_dir_trace(dir: &Path, shown: &str) -> Result<PathBuf, String> {
     if t.is_file() {
         Ok(t)
     } else if dir.is_dir() {
+        // A formation's records directory holds one per member.
+        let mut members: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().join("trace.jsonl").is_file())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        members.sort();
+        let hint = if members.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; it holds the records of {}: give one of them, e.g. {}",
+                members.join(", "),
+                dir.join(&members[0]).display()
+            )
+        };
         Err(format!(
-            "{shown} is not a records directory: it has no trace.jsonl (a session's records directory holds trace.jsonl, logs/ and out/)"
+            "{shown} is not a records directory: it has no trace.jsonl (a session's records directory holds trace.jsonl, logs/ and out/){hint}"
         ))
     } else {
         Err(format!("{shown}: no such records directory"))
