@@ -41,7 +41,7 @@ complete -c mur -n "__fish_mur_using_subcommand run" -l deadline -d 'When the ru
 complete -c mur -n "__fish_mur_using_subcommand run" -l driver -d 'The driver choice (a key of inference.choices) that serves the session. Default: inference.driver' -r
 complete -c mur -n "__fish_mur_using_subcommand run" -l records-dir -d 'Make DIR itself the session\'s records directory (trace.jsonl, logs/, out/) instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
 complete -c mur -n "__fish_mur_using_subcommand run" -l json -d 'Print the session\'s records on stdout as JSON lines while it runs, as trace.jsonl has them, then one last line {"type": "result", ...} with the answer; no progress line. See mur-run(1), JSON OUTPUT'
-complete -c mur -n "__fish_mur_using_subcommand run" -l keep-runtime -d 'Keep the runtime directory ($MURMUR_HOME/run/<session id>) after the session instead of removing it; `mur gc` removes it later'
+complete -c mur -n "__fish_mur_using_subcommand run" -l keep-runtime -d 'Keep the runtime directory (`$MURMUR_HOME/run/<session id>`) after the session instead of removing it; `mur gc` removes it later'
 complete -c mur -n "__fish_mur_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand run" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand door" -l listen -d 'The address to listen on, IP:PORT. Port 0 picks a free port. Default: 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines)' -r

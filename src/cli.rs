@@ -180,7 +180,7 @@ pub struct RunArgs {
     /// no progress line. See mur-run(1), JSON OUTPUT.
     #[arg(long)]
     pub json: bool,
-    /// Keep the runtime directory ($MURMUR_HOME/run/<session id>) after the session
+    /// Keep the runtime directory (`$MURMUR_HOME/run/<session id>`) after the session
     /// instead of removing it; `mur gc` removes it later.
     #[arg(long)]
     pub keep_runtime: bool,
