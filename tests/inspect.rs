@@ -569,6 +569,13 @@ fn trace_shows_member_calls_and_their_answers_and_a_formation_directory_names_it
     let run = f.run("go");
     assert_eq!(run.code(), 0, "{}", run.dump());
     let lead = f.records.join("lead");
+    // The session line names the entry member's session.
+    let (id, dir) = session_line(&run.output);
+    assert_eq!(dir, lead);
+    assert_eq!(
+        run.member("lead").one("session_start")["session"],
+        id.as_str()
+    );
     let t = f.mur().args(["trace"]).arg(&lead).output().unwrap();
     assert_eq!(t.status.code(), Some(0), "{}", text(&t.stderr));
     let out = text(&t.stdout);
@@ -587,4 +594,29 @@ fn trace_shows_member_calls_and_their_answers_and_a_formation_directory_names_it
         "{}",
         text(&t.stderr)
     );
+}
+
+#[test]
+fn run_json_with_a_roster_prints_the_entry_members_records_then_the_result() {
+    let f = support::Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead}\n")
+        .member("lead", "", "- text: \"done\"\n");
+    let out = f
+        .mur()
+        .arg("run")
+        .arg("--roster")
+        .arg(f.dir.join("roster.yaml"))
+        .arg("--records-dir")
+        .arg(&f.records)
+        .args(["--task", "go", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let raw = std::fs::read_to_string(f.records.join("lead/trace.jsonl")).unwrap();
+    let stdout = text(&out.stdout);
+    let (records, last) = stdout.trim_end().rsplit_once('\n').unwrap();
+    assert_eq!(format!("{records}\n"), raw);
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["type"], "result");
+    assert_eq!(last["answer"], "done");
 }

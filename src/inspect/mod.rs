@@ -21,9 +21,23 @@ pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 /// Whether to colour output written to stdout: only on a terminal, and never when
 /// `NO_COLOR` is set to a non-empty value (no-color.org) or `TERM` is `dumb`.
 pub fn stdout_color() -> bool {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-    std::io::stdout().is_terminal() && !no_color && !dumb
+    color_for(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::env::var_os("TERM").as_deref(),
+    )
+}
+
+/// The rule of [`stdout_color`]: a terminal, `NO_COLOR` unset or empty, `TERM` not
+/// `dumb`.
+pub fn color_for(
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+) -> bool {
+    let no_color = no_color.is_some_and(|v| !v.is_empty());
+    let dumb = term.is_some_and(|t| t == "dumb");
+    terminal && !no_color && !dumb
 }
 
 /// What `mur trace` shows.
@@ -149,5 +163,43 @@ pub fn copy_lines_until(
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_under_no_color() {
+        let xterm = Some(OsStr::new("xterm"));
+        assert!(color_for(true, None, xterm));
+        assert!(color_for(true, Some(OsStr::new("")), xterm));
+        assert!(!color_for(true, Some(OsStr::new("1")), xterm));
+        assert!(!color_for(false, None, xterm));
+        assert!(!color_for(true, None, Some(OsStr::new("dumb"))));
+    }
+
+    #[test]
+    fn the_view_is_coloured_when_asked_and_plain_otherwise() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("trace.jsonl");
+        std::fs::write(
+            &p,
+            "{\"ts\":\"2026-01-01T00:00:00.000Z\",\"type\":\"task_end\",\"exit_status\":\"completed\",\"turns\":1}\n",
+        )
+        .unwrap();
+        let show = |color| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let opts = TraceOptions {
+                color,
+                ..TraceOptions::default()
+            };
+            trace(&p, &opts, &mut out, &mut err).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert!(show(true).contains("\x1b[1;32mcompleted\x1b[0m"));
+        assert!(!show(false).contains('\x1b'));
     }
 }
