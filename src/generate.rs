@@ -191,7 +191,8 @@ PATH is the capsule directory's absolute path without its leading slash.
 .TP
 .I $MURMUR_HOME/records/latest
 A symlink to the records directory of the newest session started
-(\fBmur trace latest\fR reads it); \fI$MURMUR_HOME/records/PATH/latest\fR
+(after \fBmur run \-\-roster\fR, the entry member's;
+\fBmur trace latest\fR reads it); \fI$MURMUR_HOME/records/PATH/latest\fR
 is the newest of that capsule. Each is replaced atomically.
 .TP
 .I $MURMUR_HOME/run/SESSION/

@@ -449,6 +449,12 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
     let interrupted = shutdown.fired();
     let code = outcome.status.exit_code(interrupted);
     let session_id = session_of(&outcome.records_dir).unwrap_or_else(|| "?".into());
+    // Every member's session pointed `latest` at itself as it started; the formation's
+    // session to read is its entry member's.
+    mur::records::latest::point_all(
+        &[&staging::murmur_home().join("records").join("latest")],
+        &outcome.records_dir,
+    );
     if args.json {
         // A formation's entry records are known once it ends: printed then.
         let stop = std::sync::atomic::AtomicBool::new(true);

@@ -573,6 +573,11 @@ fn trace_shows_member_calls_and_their_answers_and_a_formation_directory_names_it
     let (id, dir) = session_line(&run.output);
     assert_eq!(dir, lead);
     assert_eq!(
+        std::fs::read_link(f.home.join("records").join("latest")).unwrap(),
+        lead,
+        "after a formation, latest is the entry member's session"
+    );
+    assert_eq!(
         run.member("lead").one("session_start")["session"],
         id.as_str()
     );
