@@ -118,7 +118,12 @@ pub fn trace(
         first_pass = false;
         std::thread::sleep(FOLLOW_POLL);
     }
-    if let Some(p) = lines.partial() {
+    // A running session's writer may be midway through a line: that is its next
+    // record on the way, not a cut one.
+    let partial = lines
+        .partial()
+        .filter(|_| !crate::records::is_running(path));
+    if let Some(p) = partial {
         if opts.json {
             writeln!(
                 err,
