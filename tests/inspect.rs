@@ -177,10 +177,22 @@ fn json_prints_the_records_unchanged_and_type_filters() {
         .collect();
     assert_eq!(some, want);
     assert_eq!(some.lines().count(), 2);
-    // --type filters the human view too.
+    // --type filters the human view too; times still count from the session's start.
     let human = text(&mur(&c, &["trace", dir, "--type", "task_end"]).stdout);
     assert_eq!(human.lines().count(), 1, "{human}");
     assert!(human.contains("task end completed"), "{human}");
+    let ts = |kind: &str| {
+        let r = run.one(kind);
+        humantime::parse_rfc3339(r["ts"].as_str().unwrap()).unwrap()
+    };
+    let since = ts("task_end").duration_since(ts("session_start")).unwrap();
+    let want = format!("+00:{:02}.{:03} ", since.as_secs(), since.subsec_millis());
+    assert!(human.starts_with(&want), "{want:?} in {human}");
+    let took = ts("task_end").duration_since(ts("task_start")).unwrap();
+    assert!(
+        human.contains(&format!(" · {} ms", took.as_millis())) || took.as_millis() >= 1000,
+        "{human}"
+    );
 }
 
 #[test]

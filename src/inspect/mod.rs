@@ -85,6 +85,14 @@ pub fn trace(
                     .as_ref()
                     .is_some_and(|k| opts.types.iter().any(|t| t == k));
             if !wanted {
+                if !opts.json
+                    && matches!(
+                        kind.as_deref(),
+                        Some("session_start" | "task_start" | "member_call_start")
+                    )
+                {
+                    view.note(&l.text);
+                }
                 continue;
             }
             if opts.json {

@@ -97,6 +97,29 @@ impl<W: Write> Renderer<W> {
         }
     }
 
+    /// Takes note of a record that is not shown (filtered out by `--type`) without
+    /// writing anything: the session's start and the starts of tasks and member calls,
+    /// so the times and durations of the records shown still count from them.
+    pub fn note(&mut self, text: &str) {
+        let Ok(Value::Object(r)) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        let Some(t) = ts_of(&r) else { return };
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        if self.start.is_none() {
+            self.start = Some(t);
+        }
+        match r.get("type").and_then(Value::as_str) {
+            Some("task_start") => {
+                self.task_start.insert(s("task"), t);
+            }
+            Some("member_call_start") => {
+                self.call_start.insert(s("call_id"), t);
+            }
+            _ => {}
+        }
+    }
+
     /// Renders the text after the trace's last newline: a record cut short.
     ///
     /// Errors: writing to the output failed.
