@@ -240,7 +240,10 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let code = outcome.status.exit_code(interrupted);
     if let Some(copied) = copied {
         match copied {
-            Ok(Ok(())) => print_result_line(&session_id, &outcome, code)?,
+            Ok(Ok(())) => {
+                print_result_line(&session_id, &outcome, code)?;
+                print_no_answer(&outcome);
+            }
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             Ok(Err(e)) => {
                 return Err(Fail {
@@ -385,14 +388,21 @@ fn print_outcome(outcome: &session::Outcome) -> Result<(), Fail> {
                 });
             }
         }
-    } else if let Some(e) = &outcome.error {
+    } else {
+        print_no_answer(outcome);
+    }
+    Ok(())
+}
+
+/// Why a task has no answer, on stderr (nothing when it has one).
+fn print_no_answer(outcome: &session::Outcome) {
+    if let (None, Some(e)) = (&outcome.answer, &outcome.error) {
         eprintln!(
             "mur: task {}: {e} (records: {})",
             outcome.status,
             outcome.records_dir.display()
         );
     }
-    Ok(())
 }
 
 fn launch_error(e: LaunchError) -> Fail {
@@ -469,6 +479,7 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
                     message: format!("--json: copying {}: {e}", trace.display()),
                 })?;
                 print_result_line(&session_id, &outcome, code)?;
+                print_no_answer(&outcome);
             }
         }
     } else {

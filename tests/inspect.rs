@@ -566,6 +566,13 @@ fn run_json_prints_the_records_then_the_result() {
         last["error"].as_str().unwrap().contains("no answer"),
         "{last}"
     );
+    // Why, on stderr as without --json, before the session line.
+    let err = run.stderr();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines[lines.len() - 2].starts_with("mur: task failed: "),
+        "{err}"
+    );
 }
 
 #[test]
