@@ -196,6 +196,7 @@ mod tests {
             output: out.into(),
             below: vec![],
             member_task: None,
+            never_held: false,
         }
     }
 

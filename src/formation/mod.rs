@@ -80,6 +80,11 @@ pub struct EndedCall {
     pub below: Vec<(String, String)>,
     /// The member's task id, when it took the task.
     pub member_task: Option<String>,
+    /// `true` when the member was busy at every offer and the call ended before it
+    /// took the task: the spec's "Ends rejected, never held" (the deadline passed) and
+    /// "Ends abandoned, never held" (the calling task ended between offers, or while an
+    /// offer was on its way that the member turned away busy). `member_call.never_held`.
+    pub never_held: bool,
 }
 
 /// The default bound of one member call: 600 seconds.

@@ -166,6 +166,7 @@ impl Loop<'_> {
                 output: format!("W-RUN-008: capabilities.network.allow does not list {need}, so {member}'s door cannot be reached from this capsule; nothing was sent"),
                 below: Vec::new(),
                 member_task: None,
+                never_held: false,
             })
         } else {
             let ctx = CallCtx {
@@ -223,6 +224,7 @@ impl Loop<'_> {
                             output: format!("cannot start the call's poller thread: {e}"),
                             below: Vec::new(),
                             member_task: None,
+                            never_held: false,
                         }),
                     }
                 }
@@ -341,6 +343,7 @@ impl Loop<'_> {
                 "status" => e.status.as_str(),
                 "delivered" => delivered,
                 "member_task" => e.member_task,
+                "never_held" => e.never_held,
                 "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
                 "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
             },
@@ -375,6 +378,7 @@ impl Loop<'_> {
                 ),
                 below: Vec::new(),
                 member_task: None,
+                never_held: false,
             });
             self.record_member_call(&e, false);
         }
