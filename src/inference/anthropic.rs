@@ -108,10 +108,16 @@ impl Driver for AnthropicDriver {
             headers.push(("x-api-key", k.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
-        self.http.call(&headers, &body, attempts, |v, text| {
-            parse_response(v, text, req, made_up)
-        })
+        self.http
+            .call(&headers, &body, attempts, |v, text| {
+                parse_response(v, text, req, made_up)
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
+            })
     }
 
     fn kind(&self) -> &'static str {
@@ -219,6 +225,7 @@ fn parse_response(
             .and_then(Value::as_str)
             .map(str::to_string),
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
+        output_cap: None,
     })
 }
 

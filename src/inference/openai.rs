@@ -101,10 +101,16 @@ impl Driver for OpenAiDriver {
             headers.push(("authorization", a.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
-        self.http.call(&headers, &body, attempts, |v, _| {
-            parse_response(v, req, made_up)
-        })
+        self.http
+            .call(&headers, &body, attempts, |v, _| {
+                parse_response(v, req, made_up)
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
+            })
     }
 
     fn kind(&self) -> &'static str {
@@ -199,6 +205,7 @@ fn parse_response(v: &Value, req: &Request<'_>, made_up: &mut u64) -> Result<Res
         usage,
         finish_reason,
         model,
+        output_cap: None,
     })
 }
 
