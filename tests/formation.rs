@@ -1943,3 +1943,122 @@ fn two_unanswered_reads_in_a_row_end_a_held_call_unreachable_not_one_or_two_apar
     assert_eq!(link.read.load(Ordering::SeqCst), 4);
     assert_eq!(of_type(&trace, "member_call_start").len(), 1);
 }
+
+// --- session-status and the deadline notice in a formation (issue 17) ---------------
+
+/// `mur run --roster … --deadline <deadline>` of `f`, with `env`; returns the run and
+/// the wall-clock time just before and just after it.
+fn run_with_deadline(
+    f: &Formation,
+    deadline: &str,
+    env: &[(&str, &str)],
+) -> (support::FormationRun, SystemTime, SystemTime) {
+    let mut c = f.mur();
+    c.arg("run")
+        .arg("--roster")
+        .arg(f.dir.join("roster.yaml"))
+        .arg("--records-dir")
+        .arg(&f.records)
+        .args(["--task", "go", "--deadline", deadline]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let before = SystemTime::now();
+    let output = c.output().unwrap();
+    let after = SystemTime::now();
+    (
+        support::FormationRun {
+            output,
+            records: f.records.clone(),
+        },
+        before,
+        after,
+    )
+}
+
+#[test]
+fn a_member_reports_its_session_and_task_time_and_the_deadline_it_inherited() {
+    // lead sleeps 2 s before it calls worker; worker sleeps 1 s in its task, then reads
+    // session-status. lead reads it too, once worker has answered.
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"w\"}}\n- text: \"waiting\"\n- tool_calls:\n    - {name: session-status}\n- text: \"LEAD\"\n",
+        )
+        .member(
+            "worker",
+            "capabilities:\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"1\"]}}\n- tool_calls:\n    - {name: session-status}\n- text: \"W\"\n",
+        );
+    let (run, before, after) = run_with_deadline(&f, "1h", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let wall = after.duration_since(before).unwrap().as_secs();
+    let worker = run.member("worker");
+    let w = &worker.one("session_status")["status"]["time"];
+    let (elapsed, task) = (
+        w["elapsed_secs"].as_u64().unwrap(),
+        w["task_elapsed_secs"].as_u64().unwrap(),
+    );
+    // worker slept 1 s inside its task before the call; nothing runs longer than the
+    // whole launch.
+    assert!(task >= 1, "{w}");
+    assert!(elapsed >= task && elapsed <= wall, "{w} (launch: {wall}s)");
+    // The two clocks differ by the time worker's session waited for its task, as its
+    // own records show it (whole seconds, each rounded down: within one second).
+    let waited = ms(&worker.one("task_start")["ts"])
+        .duration_since(ms(&worker.one("session_start")["ts"]))
+        .unwrap()
+        .as_secs();
+    assert!(
+        (elapsed - task).abs_diff(waited) <= 1,
+        "{w}: session waited {waited}s for its task"
+    );
+    let lead = run.member("lead");
+    let l = &lead.one("session_status")["status"]["time"];
+    // lead slept 2 s and then waited for worker's 1 s: at least 3 s into its task.
+    assert!(l["task_elapsed_secs"].as_u64().unwrap() >= 3, "{l}");
+    // Both members report the formation's deadline: --deadline 1h from the launch.
+    let at = w["deadline"]["at"].as_str().unwrap();
+    assert_eq!(l["deadline"]["at"], at);
+    let at_t = humantime::parse_rfc3339(at).unwrap();
+    let hour = Duration::from_secs(3600);
+    // `at` is whole seconds, rounded down.
+    assert!(
+        at_t + Duration::from_secs(1) > before + hour && at_t <= after + hour,
+        "{at}"
+    );
+    let left = w["deadline"]["left_secs"].as_u64().unwrap();
+    assert!(left <= 3600 - 1 && left + wall + 2 >= 3600, "{left}");
+}
+
+#[test]
+fn the_deadline_notice_rides_on_a_call_member_result_that_reported_failure() {
+    // "A tool that ran and reported failure carries it."
+    let (f, _door, _rx) = peer_formation("rejected");
+    let lead = f.dir.join("lead/murmur.yaml");
+    let m = std::fs::read_to_string(&lead).unwrap();
+    std::fs::write(
+        &lead,
+        format!("{m}lifecycle:\n  deadline_notice_secs: 600\n"),
+    )
+    .unwrap();
+    let (run, _, _) = run_with_deadline(&f, "120s", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called odd: rejected");
+    let content = tc["content"].as_str().unwrap();
+    let last = content.lines().last().unwrap();
+    let n = lead.one("deadline_notice");
+    assert_eq!(n["call_id"], tc["call_id"]);
+    assert!(
+        last.starts_with(&format!(
+            "Session deadline: the runtime ends this session at {}, in ",
+            n["at"].as_str().unwrap()
+        )) && last.ends_with(" seconds."),
+        "{content}"
+    );
+}
