@@ -2062,3 +2062,38 @@ fn the_deadline_notice_rides_on_a_call_member_result_that_reported_failure() {
         "{content}"
     );
 }
+
+#[test]
+fn end_without_answer_keeps_the_reason_as_given_it_is_the_status_message() {
+    let reason = "  critic was never asked.\n  Ask me again later.  ";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [helper]}\n  helper: {capsule: helper, calls: [critic]}\n  critic: {capsule: critic}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: helper, task: \"h\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+        .member(
+            "helper",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            &format!(
+                "- tool_calls:\n    - {{name: end-without-answer, input: {{reason: {}}}}}\n",
+                serde_json::to_string(reason).unwrap()
+            ),
+        )
+        .member("critic", "", "- text: \"C\"\n");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let helper = run.member("helper");
+    assert_eq!(helper.result_txt(), format!("no answer: {reason}"));
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "no_answer");
+    assert_eq!(mc["output"], reason);
+    assert!(lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .contains(&format!(
+            "\n<untrusted-content source=member:helper>\n{reason}\n</untrusted-content>\n"
+        )));
+}

@@ -269,7 +269,8 @@ impl Loop<'_> {
             return ToolResult::refused(end_without_answer::call_still_out(&s.call_id, &s.member));
         }
         let reason = match input.get("reason") {
-            Some(Value::String(r)) if !r.trim().is_empty() => r.trim().to_string(),
+            // Kept as given: the reason is the task's status message (spec).
+            Some(Value::String(r)) if !r.trim().is_empty() => r.clone(),
             _ => return ToolResult::refused(end_without_answer::NO_REASON),
         };
         if self.calls.ending.is_some() {
