@@ -2097,3 +2097,55 @@ fn end_without_answer_keeps_the_reason_as_given_it_is_the_status_message() {
             "\n<untrusted-content source=member:helper>\n{reason}\n</untrusted-content>\n"
         )));
 }
+
+#[test]
+fn call_member_and_end_without_answer_descriptions_tell_what_the_spec_says_and_the_man_page_quotes_them(
+) {
+    use mur::tools::{call_member, end_without_answer};
+    // What staging puts in the inventory the model is sent.
+    let cm = call_member::entry(&["worker".to_string()]).description;
+    let ewa = end_without_answer::entry().description;
+    // call-member (spec, "Description"): each thing it must tell.
+    for point in [
+        // task is the whole of what the member is told; file content goes in the task
+        "The task text is the whole of what the member is told, so put any file content it needs into the task itself.",
+        // returns at once with a call id
+        "returns at once with a call id",
+        // started when the member holds the task, busy when it has no room
+        "The call returns started when the member holds the task, or busy when it has no room",
+        // for busy, the runtime keeps offering until taken or the deadline passes
+        "for a busy member the runtime keeps offering the task until the member takes it or the call's deadline passes",
+        // the answer arrives in the conversation, naming the call id, after the turn ends
+        "it arrives in this conversation, naming the call id, after you end your turn",
+        // a second call before the answer arrived is refused
+        "A second call to a member before its answer has arrived is refused.",
+    ] {
+        assert!(cm.contains(point), "call-member's description lacks {point:?}: {cm}");
+    }
+    // end-without-answer (spec, "Description").
+    for point in [
+        // use it instead of replying when it has no answer, usually because a member it
+        // called gave it none
+        "Use it instead of replying when you have no answer to give, usually because a member you called gave you none.",
+        // the reason is passed to the member that sent the task
+        "The reason is passed to the member that sent you the task",
+        // the runtime tells that member plainly no answer came and names each member
+        // called that gave none
+        "the runtime tells that member plainly that no answer came, and names each member you called that gave none",
+        // refused while a call is still out and for a task no formation member sent
+        "It is refused while a call you made is still out, and for a task no formation member sent.",
+    ] {
+        assert!(ewa.contains(point), "end-without-answer's description lacks {point:?}: {ewa}");
+    }
+    // mur-tools(7) quotes both word for word.
+    let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/mur-tools.7"))
+        .unwrap()
+        .replace("\\-", "-")
+        .replace("\\(aq", "'");
+    for d in [&cm, &ewa] {
+        assert!(
+            man.contains(&format!(".I \"{d}\"\n")),
+            "mur-tools(7) does not quote: {d}"
+        );
+    }
+}
