@@ -2030,7 +2030,8 @@ fn a_member_reports_its_session_and_task_time_and_the_deadline_it_inherited() {
         "{at}"
     );
     let left = w["deadline"]["left_secs"].as_u64().unwrap();
-    assert!(left <= 3600 - 1 && left + wall + 2 >= 3600, "{left}");
+    // lead slept 2 s and worker 1 s after the deadline was set.
+    assert!(left <= 3597 && left + wall + 2 >= 3600, "{left}");
 }
 
 #[test]
