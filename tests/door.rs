@@ -988,8 +988,10 @@ fn get_task_status(addr: SocketAddr) -> u16 {
 
 #[test]
 fn connections_sending_whole_requests_count_against_the_per_address_cap() {
+    // Idle connections are kept far longer than the test takes on a loaded machine.
     let limits = DoorLimits {
         max_connections_per_ip: 6,
+        idle_timeout: Duration::from_secs(120),
         ..DoorLimits::default()
     };
     let d = door_with(Echo::new(0, 0), limits);
@@ -1012,10 +1014,15 @@ fn connections_sending_whole_requests_count_against_the_per_address_cap() {
 
 #[test]
 fn a_hog_and_slowloris_on_one_address_do_not_lock_out_a_client_with_the_token() {
+    // Heads and idle connections are waited for far longer than the test takes on a
+    // loaded machine, so no slot frees itself meanwhile.
     let limits = DoorLimits {
         max_connections_per_ip: 8,
         max_pending_heads_per_ip: 4,
         reserve_connections: 4,
+        head_timeout: Duration::from_secs(120),
+        read_timeout: Duration::from_secs(120),
+        idle_timeout: Duration::from_secs(120),
         ..DoorLimits::default()
     };
     let d = door_with(Echo::new(0, 0), limits);
