@@ -1747,3 +1747,65 @@ fn mur_run_anthropic_tool_error_is_flagged_and_bad_json_is_explained() {
     assert_eq!(sent[1]["tool_use_id"], "toolu_2");
     assert!(sent[1].get("is_error").is_none(), "{sent}");
 }
+
+// ------------------------------------------------- session-status, end to end
+
+/// `mur run` of a capsule whose choice is the anthropic driver at `server`, with
+/// `choice_extra` (flow-mapping keys) on the choice; its first turn calls
+/// session-status. Returns the run and the object reported.
+fn anthropic_status_run(server: &FakeServer, choice_extra: &str) -> (support::Run, Value) {
+    let manifest = format!(
+        "name: t\nworkdir: work\ninference:\n  driver: a\n  choices:\n    a: {{driver: anthropic, model: claude-test, base_url: \"{}\", credential: {{file: key.txt}}{choice_extra}}}\n",
+        server.base
+    );
+    let c = support::Capsule::new()
+        .manifest(&manifest)
+        .file("key.txt", "sk-test\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let st = run.one("session_status")["status"].clone();
+    (run, st)
+}
+
+fn status_then_done() -> Vec<Reply> {
+    let call = json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "session-status", "input": {}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 300, "output_tokens": 20},
+    });
+    let done = json!({
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": "done"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 400, "output_tokens": 5},
+    });
+    vec![reply(200, call), reply(200, done)]
+}
+
+#[test]
+fn budget_tokens_subtracts_the_output_cap_the_anthropic_driver_sent_when_the_choice_sets_none() {
+    let server = FakeServer::start(status_then_done());
+    let (_run, st) = anthropic_status_run(&server, ", context_window: 10000");
+    // The request carried the driver's default cap ...
+    let sent = server.seen()[0].body["max_tokens"].as_u64().unwrap();
+    assert_eq!(sent, mur::inference::anthropic::DEFAULT_MAX_TOKENS);
+    // ... and the budget is the window less that cap, not less nothing.
+    assert_eq!(
+        st["context"],
+        json!({"used_tokens": 320, "window_tokens": 10000, "budget_tokens": 10000 - sent,
+               "budget_basis": "context_window_less_output_cap", "measured_by": "actual"})
+    );
+}
+
+#[test]
+fn budget_tokens_is_the_input_ceiling_when_it_is_below_the_window_less_the_sent_cap() {
+    let server = FakeServer::start(status_then_done());
+    let (_run, st) = anthropic_status_run(
+        &server,
+        ", context_window: 10000, max_output_tokens: 1000, max_input_tokens: 8999",
+    );
+    assert_eq!(server.seen()[0].body["max_tokens"], 1000);
+    assert_eq!(st["context"]["budget_tokens"], 8999);
+    assert_eq!(st["context"]["budget_basis"], "max_input_tokens");
+}

@@ -121,11 +121,16 @@ impl Driver for AnthropicDriver {
             headers.push(("x-api-key", k.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
         self.http
             .call(&headers, &body, attempts, |answer| match answer {
                 Answer::Json { value, raw } => parse_response(value, raw, req, made_up),
                 Answer::Stream(events) => read_stream(events, req, made_up),
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
             })
     }
 
@@ -241,6 +246,7 @@ fn parse_response(
             .and_then(Value::as_str)
             .map(str::to_string),
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
+        output_cap: None,
     })
 }
 
@@ -407,6 +413,7 @@ impl StreamState {
             usage,
             finish_reason: self.stop_reason,
             model: self.model,
+            output_cap: None,
         })
     }
 }

@@ -118,11 +118,16 @@ impl Driver for OpenAiDriver {
             headers.push(("authorization", a.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
         self.http
             .call(&headers, &body, attempts, |answer| match answer {
                 Answer::Json { value, .. } => parse_response(value, req, made_up),
                 Answer::Stream(events) => read_stream(events, req, made_up),
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
             })
     }
 
@@ -218,6 +223,7 @@ fn parse_response(v: &Value, req: &Request<'_>, made_up: &mut u64) -> Result<Res
         usage,
         finish_reason,
         model,
+        output_cap: None,
     })
 }
 
@@ -434,6 +440,7 @@ impl StreamState {
             usage,
             finish_reason: self.finish_reason,
             model: self.model,
+            output_cap: None,
         })
     }
 }
