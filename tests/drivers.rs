@@ -1654,6 +1654,15 @@ fn mur_run_a_stream_of_pings_times_out_and_is_retried_as_a_timeout() {
         "{attempts:?}"
     );
     assert_eq!(attempts[0]["detail"], detail);
+    // The retry warning names the outcome once.
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "model attempt 1 of 2 failed ({detail}); attempt 2 in "
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("timeout: timeout:"), "{stderr}");
 }
 
 /// Providers that count call ids from `call_0` in every turn; and one turn that
