@@ -254,5 +254,4 @@ mod tests {
         assert_eq!(truncate_utf8("aé", 2), "a…");
         assert_eq!(truncate_utf8("ééé", 5), "éé…");
     }
-
 }
