@@ -88,8 +88,7 @@ impl Loop<'_> {
         let kind = choice.driver;
         match result {
             Ok(resp) => {
-                self.counters
-                    .add_usage(&resp.usage, choice.max_output_tokens);
+                self.counters.add_usage(&resp.usage, resp.output_cap);
                 let u = resp.usage;
                 self.trace.record(
                     Some(&self.task_id),
