@@ -2067,7 +2067,11 @@ fn discovery_follows_no_redirect_and_a_card_elsewhere_gets_no_token() {
             let id = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
             let t = json!({"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
                            "artifacts": [{"artifactId": "a", "parts": [{"text": "ANSWER"}]}]});
-            let result = if body.contains("SendMessage") { json!({"task": t}) } else { t };
+            let result = if body.contains("SendMessage") {
+                json!({"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
+            } else {
+                t
+            };
             let r = json!({"jsonrpc": "2.0", "id": id, "result": result});
             Some(http_json(200, &r.to_string()))
         }
@@ -2081,7 +2085,12 @@ fn discovery_follows_no_redirect_and_a_card_elsewhere_gets_no_token() {
         "{}",
         run.stderr()
     );
-    assert_eq!(run.member("lead").one("member_call")["status"], "completed");
+    assert_eq!(
+        run.member("lead").one("member_call")["status"],
+        "completed",
+        "{}",
+        run.dump()
+    );
     // A card naming the other door (another port on loopback) is refused.
     let card_url = raw_peer(|method, _, _| match method {
         "GET" => {
