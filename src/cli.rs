@@ -75,13 +75,18 @@ pub enum Command {
     /// length) and CancelTask; a task's history is the client's message and the agent's
     /// earlier status messages. It keeps every unfinished task and the 1000 most recent
     /// finished ones within 64 MiB of history. A missing or wrong token is HTTP 401
-    /// with a JSON body saying which; a body that is not application/json is HTTP 415.
+    /// with a JSON body saying which, two Authorization headers HTTP 400; a body that
+    /// is not application/json is HTTP 415. A request naming a key twice (at any
+    /// depth) is -32600 naming it; a numeric id is echoed as sent; a ListTasks
+    /// pageToken is keyed (HMAC-SHA256, a random key per door start), so one this door
+    /// did not give out is -32602.
     ///
     /// Logs to stderr at info unless RUST_LOG says otherwise (target mur::door): one
     /// line per task when it is received, at each state change, and at its end with
     /// its state and duration; one line per refused request (401, 415, parse and other
     /// JSON-RPC errors) with the peer's address. No line holds the token or a task's
-    /// text.
+    /// text; values a client chose (a method, a Content-Type) are cut at 200
+    /// characters and escaped (\0, \n, \u{1b}), never stripped.
     ///
     /// Limits per client address (one address may be many clients: loopback for a
     /// whole formation, a reverse proxy, a NAT): at most 256 connections in all, 64 per

@@ -15,8 +15,10 @@
 //! `Retry-After` is read in every form of RFC 9110 §10.2.3: delay seconds and the three
 //! HTTP-date forms of §5.6.7 (IMF-fixdate, RFC 850, asctime). A wait longer than
 //! [`RetryPolicy::max_retry_after`] ends the call at once with
-//! [`DriverError::RetryAfterTooLong`], naming the wait asked for; a value that does not
-//! parse gets the normal backoff and a warning.
+//! [`DriverError::RetryAfterTooLong`], naming the wait asked for (a number of seconds
+//! too large to hold is named as the provider sent it, or `more than
+//! 18446744073709551615 s`); a value that does not parse gets the normal backoff and a
+//! warning.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -25,6 +27,7 @@ use rand::Rng;
 use serde_json::Value;
 
 use super::{Attempt, AttemptSink, DriverError};
+pub use crate::net::{summarise_body, truncate_utf8, MAX_SUMMARY_LINE_BYTES};
 
 /// The longest provider message quoted in an error or attempt detail, in bytes.
 pub const MAX_QUOTE_BYTES: usize = 500;
@@ -155,6 +158,11 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
     /// A `Retry-After` value that did not parse, as sent (the normal backoff is used).
     pub retry_after_unparsed: Option<String>,
+    /// How messages name the wait asked for when `retry_after` cannot say it: a number
+    /// of seconds (or milliseconds) too large for it, as the provider sent it
+    /// (`99999999999999999999999 s`), or `more than 18446744073709551615 s` when even
+    /// that is too long to quote. `None`: [`describe_wait`] of `retry_after`.
+    pub retry_after_asked: Option<String>,
     /// One line saying what went wrong, provider message quoted.
     pub detail: String,
 }
@@ -168,6 +176,7 @@ impl Failure {
             transient: true,
             retry_after: None,
             retry_after_unparsed: None,
+            retry_after_asked: None,
             detail,
         }
     }
@@ -180,6 +189,7 @@ impl Failure {
             transient: false,
             retry_after: None,
             retry_after_unparsed: None,
+            retry_after_asked: None,
             detail,
         }
     }
@@ -235,19 +245,54 @@ impl Failure {
         } else {
             Failure::fatal(Outcome::HttpStatus, Some(status), detail)
         };
-        f.retry_after = retry_after_ms
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|ms| ms.is_finite() && *ms >= 0.0)
-            .map(|ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64));
+        let ms = retry_after_ms
+            .map(str::trim)
+            .and_then(|v| Some((v, v.parse::<f64>().ok()?)))
+            .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);
+        if let Some((text, ms)) = ms {
+            f.retry_after = Some(Duration::from_millis(ms.min(u64::MAX as f64) as u64));
+            if ms > u64::MAX as f64 {
+                f.retry_after_asked = Some(asked_as_sent(text, "ms"));
+            }
+        }
         if f.retry_after.is_none() {
             if let Some(v) = retry_after.filter(|v| !v.trim().is_empty()) {
                 f.retry_after = parse_retry_after(v, SystemTime::now());
                 if f.retry_after.is_none() {
                     f.retry_after_unparsed = Some(v.to_string());
                 }
+                let digits = v.trim();
+                if f.retry_after.is_some()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && digits.parse::<u64>().is_err()
+                {
+                    f.retry_after_asked = Some(asked_as_sent(digits, "s"));
+                }
             }
         }
         f
+    }
+}
+
+/// The longest number of a `Retry-After` quoted as sent, in characters; a longer one
+/// is named `more than 18446744073709551615 <unit>`.
+pub const MAX_QUOTED_WAIT_CHARS: usize = 40;
+
+/// A wait too large for a [`Duration`], named as the provider sent it: `text <unit>`
+/// (leading zeros dropped), or `more than 18446744073709551615 <unit>` when `text` is
+/// longer than [`MAX_QUOTED_WAIT_CHARS`].
+fn asked_as_sent(text: &str, unit: &str) -> String {
+    let text = text.trim();
+    let digits = text.trim_start_matches('0');
+    let text = if digits.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        text
+    } else {
+        digits
+    };
+    if text.chars().count() > MAX_QUOTED_WAIT_CHARS {
+        format!("more than {} {unit}", u64::MAX)
+    } else {
+        format!("{text} {unit}")
     }
 }
 
@@ -288,113 +333,6 @@ pub fn quote_provider_message(body: &str) -> String {
         return "(empty message)".to_string();
     }
     format!("{:?}", truncate_utf8(text, MAX_QUOTE_BYTES))
-}
-
-/// The longest title or first line [`summarise_body`] quotes, in bytes.
-pub const MAX_SUMMARY_LINE_BYTES: usize = 120;
-
-/// A one-line summary of a body that is not JSON, so an error page never lands whole
-/// in a record, an error message or `out/result.txt`:
-///
-/// - markup (the first character is `<`): `an HTML page titled "502 Bad Gateway"
-///   (1234 bytes)`; without a `<title>`, the first line of text between the tags:
-///   `an HTML page starting "…" (N bytes)`;
-/// - other text: `a text body starting "…" (N bytes)` with its first non-blank line;
-/// - nothing: `(empty body)`.
-///
-/// Quoted parts are cut to [`MAX_SUMMARY_LINE_BYTES`] on a UTF-8 boundary and shown as
-/// Rust string literals (control characters escaped); the count is the body's bytes.
-pub fn summarise_body(body: &str) -> String {
-    let bytes = body.len();
-    let trimmed = body.trim_start();
-    if trimmed.is_empty() {
-        return "(empty body)".to_string();
-    }
-    let quote = |t: &str| format!("{:?}", truncate_utf8(t, MAX_SUMMARY_LINE_BYTES));
-    if trimmed.starts_with('<') {
-        if let Some(title) = html_title(trimmed).filter(|t| !t.is_empty()) {
-            return format!("an HTML page titled {} ({bytes} bytes)", quote(&title));
-        }
-        let text = strip_tags(trimmed);
-        return match first_line(&text) {
-            Some(l) => format!("an HTML page starting {} ({bytes} bytes)", quote(&l)),
-            None => format!("an HTML page ({bytes} bytes)"),
-        };
-    }
-    match first_line(trimmed) {
-        Some(l) => format!("a text body starting {} ({bytes} bytes)", quote(&l)),
-        None => "(empty body)".to_string(),
-    }
-}
-
-/// The first line with something on it, trimmed, whitespace runs made one space.
-fn first_line(text: &str) -> Option<String> {
-    text.lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .find(|l| !l.is_empty())
-}
-
-/// The text of the first `<title>` element, entities decoded, whitespace collapsed.
-fn html_title(html: &str) -> Option<String> {
-    let lower = html.to_ascii_lowercase();
-    let open = lower.find("<title")?;
-    let start = open + lower[open..].find('>')? + 1;
-    let end = start + lower[start..].find("</title")?;
-    let title = decode_entities(&html[start..end]);
-    Some(title.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-/// `html` with every `<…>` tag (and the content of `<script>`/`<style>`) removed, a
-/// line break where a tag was, entities decoded.
-fn strip_tags(html: &str) -> String {
-    let mut out = String::with_capacity(html.len().min(4096));
-    let mut rest = html;
-    while let Some(lt) = rest.find('<') {
-        out.push_str(&rest[..lt]);
-        out.push('\n');
-        let tag = &rest[lt..];
-        let lower: String = tag.chars().take(8).collect::<String>().to_ascii_lowercase();
-        let skip_to = if lower.starts_with("<script") {
-            tag.to_ascii_lowercase().find("</script").map(|i| i + 1)
-        } else if lower.starts_with("<style") {
-            tag.to_ascii_lowercase().find("</style").map(|i| i + 1)
-        } else {
-            Some(0)
-        };
-        let Some(from) = skip_to else {
-            return decode_entities(&out);
-        };
-        match tag[from..].find('>') {
-            Some(gt) => rest = &tag[from + gt + 1..],
-            None => return decode_entities(&out),
-        }
-    }
-    out.push_str(rest);
-    decode_entities(&out)
-}
-
-/// The five XML entities and `&nbsp;` decoded; others are left as written.
-fn decode_entities(text: &str) -> String {
-    text.replace("&nbsp;", " ")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&")
-}
-
-/// `text` cut to at most `max` bytes on a UTF-8 character boundary, with `…` appended
-/// when something was cut.
-pub fn truncate_utf8(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// An error event inside a stream: fatal when it says the request itself is wrong
@@ -519,7 +457,7 @@ pub fn run<T>(
                     return Err(DriverError::RetryAfterTooLong {
                         url: url.to_string(),
                         detail: f.detail,
-                        asked: describe_wait(asked),
+                        asked: f.retry_after_asked.unwrap_or_else(|| describe_wait(asked)),
                         cap: describe_wait(policy.max_retry_after),
                     });
                 }
@@ -582,6 +520,32 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_after_too_large_for_a_duration_is_named_as_sent() {
+        let f = Failure::from_status(429, Some("99999999999999999999999"), None, "");
+        assert_eq!(f.retry_after, Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("99999999999999999999999 s")
+        );
+        let f = Failure::from_status(429, Some(" 0018446744073709551616 "), None, "");
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("18446744073709551616 s")
+        );
+        let f = Failure::from_status(429, Some(&"9".repeat(500)), None, "");
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("more than 18446744073709551615 s")
+        );
+        let f = Failure::from_status(429, None, Some("1e30"), "");
+        assert_eq!(f.retry_after_asked.as_deref(), Some("1e30 ms"));
+        for fits in ["18446744073709551615", "7200"] {
+            let f = Failure::from_status(429, Some(fits), None, "");
+            assert_eq!(f.retry_after_asked, None, "{fits}: describe_wait says it");
+        }
+    }
+
+    #[test]
     fn unparsed_retry_after_is_kept() {
         let f = Failure::from_status(429, Some("in a while"), None, "");
         assert_eq!(f.retry_after, None);
@@ -589,46 +553,11 @@ mod tests {
     }
 
     #[test]
-    fn non_json_bodies_are_summarised() {
-        let page = "<!DOCTYPE html>\n<html><head><title>502 Bad\n Gateway &amp; co</title></head>\n<body><h1>502</h1>" .to_string()
-            + &"x".repeat(5000)
-            + "</body></html>";
-        let s = summarise_body(&page);
-        assert_eq!(
-            s,
-            format!(
-                "an HTML page titled \"502 Bad Gateway & co\" ({} bytes)",
-                page.len()
-            )
-        );
-        assert_eq!(
-            summarise_body(
-                "<html><body>\n  <h1>Service Unavailable</h1><p>later</p></body></html>"
-            ),
-            "an HTML page starting \"Service Unavailable\" (69 bytes)"
-        );
-        assert_eq!(
-            summarise_body("<html><script>var a = '<b>';</script>Down</html>"),
-            "an HTML page starting \"Down\" (48 bytes)"
-        );
-        assert_eq!(
-            summarise_body("\n\nupstream connect error\nreset reason: overflow"),
-            "a text body starting \"upstream connect error\" (47 bytes)"
-        );
-        assert_eq!(summarise_body("  \n"), "(empty body)");
-        let long = summarise_body(&"é".repeat(300));
-        assert!(long.len() < 200 && long.contains("…"), "{long}");
+    fn a_provider_page_that_is_not_json_is_summarised() {
         assert_eq!(
             quote_provider_message("<html><title>Oops</title></html>"),
             "an HTML page titled \"Oops\" (32 bytes)"
         );
-    }
-
-    #[test]
-    fn truncation_keeps_utf8_boundaries() {
-        assert_eq!(truncate_utf8("abc", 3), "abc");
-        assert_eq!(truncate_utf8("aé", 2), "a…");
-        assert_eq!(truncate_utf8("ééé", 5), "éé…");
     }
 
     #[test]
