@@ -142,9 +142,10 @@ pub enum Command {
     ///
     /// One row per session found under $MURMUR_HOME/records: id, capsule, start (UTC),
     /// duration, status (session_end's exit_status; `running` while its mur runs;
-    /// `unfinished` when its mur ended without session_end), turns (model calls),
-    /// tokens (input plus output) and the records directory. Sessions run with
-    /// --records-dir outside $MURMUR_HOME are not listed (read them with mur trace DIR).
+    /// `unfinished` when its mur ended without session_end), turns (model calls
+    /// that answered; a failed model call is not a turn), tokens (input plus output)
+    /// and the records directory. Sessions run with --records-dir outside
+    /// $MURMUR_HOME are not listed (read them with mur trace DIR).
     ///
     /// $ mur sessions
     ///

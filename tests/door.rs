@@ -1724,6 +1724,19 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     assert_eq!(post(addr, None, Some("1.0"), "{}").status, 401);
     let r = post(addr, Some(token), Some("1.0"), "{broken");
     assert_eq!(r.json()["error"]["code"], -32700);
+    // A method or a path the door does not serve.
+    assert_eq!(
+        raw(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        405
+    );
+    assert_eq!(
+        raw(
+            addr,
+            b"GET /v1/chat?k=secret HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .status,
+        404
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -1761,7 +1774,14 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     }
     assert_eq!(lines("HTTP 401, bearer token wrong"), 1, "{log}");
     assert_eq!(lines("HTTP 401, bearer token missing"), 1, "{log}");
-    assert_eq!(lines("refused a request from 127.0.0.1:"), 3, "{log}");
+    assert_eq!(lines("refused a request from 127.0.0.1:"), 5, "{log}");
+    assert_eq!(
+        lines(": HTTP 405 Method Not Allowed, GET / (allowed: POST)"),
+        1,
+        "{log}"
+    );
+    assert_eq!(lines(": HTTP 404 Not Found, GET /v1/chat"), 1, "{log}");
+    assert!(!log.contains("secret"), "no query string: {log}");
     assert_eq!(lines(" -32700 Invalid JSON: "), 1, "{log}");
     assert!(
         log.lines()

@@ -2596,3 +2596,37 @@ fn call_member_and_end_without_answer_descriptions_tell_what_the_spec_says_and_t
         );
     }
 }
+
+#[test]
+fn check_roster_reports_w_run_008_as_warnings_and_run_prints_each_once() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker, critic]}\n  worker: {capsule: worker}\n  critic: {capsule: critic}\n")
+        .member("lead", "", "- text: \"alone\"\n")
+        .member("worker", "", "- text: \"W\"\n")
+        .member("critic", "", "- text: \"C\"\n");
+    let want: Vec<String> = ["worker", "critic"]
+        .iter()
+        .map(|c| format!("mur: warning: W-RUN-008: member `lead`: capabilities.network.allow does not list localhost, where the door of `{c}` is, so every call-member call from `lead` to `{c}` fails; add `localhost` to capabilities.network.allow"))
+        .collect();
+    let check = f
+        .mur()
+        .args(["check", "--roster"])
+        .arg(f.dir.join("roster.yaml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().collect::<Vec<_>>(), want, "{err}");
+    assert!(String::from_utf8_lossy(&check.stdout)
+        .ends_with(": ok (3 local member(s): lead, worker, critic)\n"));
+
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let warnings: Vec<String> = run
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("mur: warning:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings, want, "{}", run.stderr());
+}

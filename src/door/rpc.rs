@@ -450,14 +450,14 @@ impl Service for App {
         if path == CARD_PATH {
             return Some(match head.method.as_str() {
                 "GET" | "HEAD" => self.card(head),
-                _ => method_not_allowed("GET, HEAD"),
+                _ => refused_http(head, method_not_allowed("GET, HEAD")),
             });
         }
         if path != "/" && !path.is_empty() {
-            return Some(Response::empty(404));
+            return Some(refused_http(head, Response::empty(404)));
         }
         if head.method != "POST" {
-            return Some(method_not_allowed("POST"));
+            return Some(refused_http(head, method_not_allowed("POST")));
         }
         let auths = head
             .headers
@@ -1024,6 +1024,34 @@ fn check_version(head: &Head) -> Result<(), RpcError> {
 
 fn invalid_request(id: &Value, message: &str) -> Value {
     jsonrpc::failure(id, &RpcError::plain(jsonrpc::INVALID_REQUEST, message))
+}
+
+/// Logs a 404 or 405 answer as one `refused …` line naming the method and path asked
+/// for (cut at 200 characters, control characters escaped), then returns it.
+fn refused_http(head: &Head, r: Response) -> Response {
+    let asked: String = format!("{} {}", head.method, head.path)
+        .chars()
+        .flat_map(char::escape_default)
+        .take(200)
+        .collect();
+    let allow = r
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("allow"))
+        .map(|(_, v)| format!(" (allowed: {v})"))
+        .unwrap_or_default();
+    let what = if r.status == 404 {
+        "Not Found"
+    } else {
+        "Method Not Allowed"
+    };
+    log::info!(
+        target: LOG_TARGET,
+        "refused a request from {}: HTTP {} {what}, {asked}{allow}",
+        peer(head),
+        r.status
+    );
+    r
 }
 
 fn method_not_allowed(allow: &str) -> Response {

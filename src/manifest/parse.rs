@@ -134,8 +134,9 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
     }
 }
 
-/// Keys the parser knows (their types are checked) that this build does not provide:
-/// staging refuses a capsule that sets one (see `staging::inventory_for`).
+/// Keys the parser knows that this build does not provide: staging refuses a capsule
+/// that sets one (see `staging::inventory_for`), and a problem inside one's value is
+/// reported as that refusal, never as the problem (see `not_provided_first`).
 pub const NOT_PROVIDED: &[&str] = &[
     "lifecycle.done_check",
     "lifecycle.keep_working",
