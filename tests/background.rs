@@ -511,7 +511,9 @@ fn a_command_that_ignores_sigterm_is_killed_2_seconds_later() {
 #[test]
 fn a_shell_that_backgrounds_a_job_and_exits_0_returns_and_names_the_job() {
     // No grace: the call returns at the leader's exit, not when the job closes the log.
-    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"sleep 300 & echo $! > job.pid; echo bye\"]}}\n- text: done\n";
+    // The shell waits until its job has become `sleep` (a forked child is `sh` until
+    // its exec), so the name the note shows does not depend on the scheduler.
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"sleep 300 & echo $! > job.pid; until [ \\\"$(cat /proc/$!/comm)\\\" = sleep ]; do :; done; echo bye\"]}}\n- text: done\n";
     let c = Capsule::scripted(&["sh"], "", script);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
@@ -1104,4 +1106,29 @@ fn a_log_that_hits_the_file_size_limit_is_a_wait_error_and_status_error_despite_
             .unwrap()
     };
     assert!(at("status") < at("wait_error") && at("wait_error") < at("output"));
+}
+
+#[test]
+fn an_escapee_that_clears_its_environment_dies_at_its_door_tasks_end() {
+    // `setsid -f env -i …`: a new session and process group, no MURMUR_SESSION, and its
+    // parent gone at once (mur adopts it). The task's end must kill it, while the door
+    // runs on.
+    let cmd = r#"setsid -f env -i /bin/sh -c 'echo $$ > esc.pid; exec sleep 600'; while [ ! -s esc.pid ]; do sleep 0.05; done; echo ok"#;
+    let script = format!(
+        "- tool_calls:\n    - {{name: sh, input: {{args: [\"-c\", {}]}}}}\n- text: done\n",
+        serde_json::to_string(cmd).unwrap()
+    );
+    let c = Capsule::scripted(&["sh"], "", &script);
+    let (mut door, client) = support::spawn_door(&c);
+    let t = client.send_message("t", None, false).unwrap();
+    let ends = await_records(&c, "task_end", 1);
+    assert_eq!(ends[0]["task"], json!(t.id), "{ends:#?}");
+    let esc = pid_in(&c, "esc.pid");
+    assert!(gone(esc), "{esc} outlived its task");
+    assert!(door.try_wait().unwrap().is_none(), "the door ended");
+    let killed = await_records(&c, "survivor_killed", 1);
+    assert_eq!(killed[0]["pid"], json!(esc), "{killed:#?}");
+    assert_eq!(killed[0]["task"], json!(t.id), "{killed:#?}");
+    sigterm(door.id());
+    assert_eq!(door.wait().unwrap().code(), Some(0));
 }

@@ -57,14 +57,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-
-/// Stack size of a reaper thread, in bytes: 64 KiB.
-pub const REAPER_STACK: usize = 64 * 1024;
 
 /// Seconds between SIGTERM and SIGKILL in a stop: 2.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -275,6 +271,7 @@ pub enum SpawnError {
 /// Starts and tracks a session's commands; stops every one still running at the end.
 pub struct Supervisor {
     session: Option<String>,
+    owner: Option<Arc<str>>,
     commands: Mutex<BTreeMap<String, Arc<Running>>>,
     events_tx: Sender<ExitEvent>,
     events_rx: Receiver<ExitEvent>,
@@ -292,6 +289,7 @@ impl Supervisor {
         let (events_tx, events_rx) = unbounded();
         Supervisor {
             session: None,
+            owner: None,
             commands: Mutex::new(BTreeMap::new()),
             events_tx,
             events_rx,
@@ -303,6 +301,7 @@ impl Supervisor {
     pub fn for_session(session_id: &str) -> Self {
         Supervisor {
             session: Some(session_id.to_string()),
+            owner: Some(Arc::from(session_id)),
             ..Self::new()
         }
     }
@@ -368,27 +367,25 @@ impl Supervisor {
         };
         drop(cmd);
         let pgid = child.id() as i32;
-        orphans::track(pgid);
-        drop(gate);
         // The reaper waits by pid; the std handle is not used to wait.
         drop(child);
         let state = Arc::new(Mutex::new(State::default()));
         let (exited_tx, exited) = bounded::<()>(0);
         let (reaped_tx, reaped) = bounded::<()>(0);
-        let st = state.clone();
-        let events = self.events_tx.clone();
-        let wid = work_id.clone();
-        let spawned = std::thread::Builder::new()
-            .name("reaper".into())
-            .stack_size(REAPER_STACK)
-            .spawn({
-                let log = log_path.clone();
-                move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid, &log)
-            });
-        if let Err(source) = spawned {
+        let registered = orphans::register(Group {
+            pgid,
+            owner: self.owner.clone(),
+            state: state.clone(),
+            exited_tx: Some(exited_tx),
+            reaped_tx: Some(reaped_tx),
+            events: self.events_tx.clone(),
+            work_id: work_id.clone(),
+            log: log_path.clone(),
+        });
+        drop(gate);
+        if let Err(source) = registered {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = waitpid(Pid::from_raw(pgid), None);
-            orphans::untrack(pgid);
             return Err(SpawnError::Start {
                 binary: binary.clone(),
                 source,
@@ -506,70 +503,54 @@ pub fn log_write_failure(log: &Path) -> Option<String> {
     }
 }
 
-/// The reaper thread's body: `waitpid(-pgid)` until `ECHILD`.
-fn reap(
+/// A command's group as the reaper ([`orphans`]) holds it until no child of `mur` is
+/// left in it.
+pub(crate) struct Group {
     pgid: i32,
-    state: &Mutex<State>,
-    exited_tx: Sender<()>,
-    reaped_tx: Sender<()>,
-    events: &Sender<ExitEvent>,
+    owner: Option<Arc<str>>,
+    state: Arc<Mutex<State>>,
+    exited_tx: Option<Sender<()>>,
+    reaped_tx: Option<Sender<()>>,
+    events: Sender<ExitEvent>,
     work_id: String,
-    log: &Path,
-) {
-    let mut exited_tx = Some(exited_tx);
-    let mut report = |mut exit: ExitInfo| {
-        if exit.wait_error.is_none() {
-            exit.wait_error = log_write_failure(log);
+    log: PathBuf,
+}
+
+impl Group {
+    /// The leader exited: stores and broadcasts the exit (once).
+    fn leader_exited(&mut self, code: Option<i32>, signal: Option<i32>) {
+        self.report(ExitInfo {
+            code,
+            signal,
+            wait_error: None,
+        });
+    }
+
+    fn report(&mut self, mut exit: ExitInfo) {
+        if self.exited_tx.is_none() {
+            return;
         }
-        state.lock().exit = Some((exit.clone(), Instant::now()));
-        drop(exited_tx.take());
-        let _ = events.send(ExitEvent {
-            work_id: work_id.clone(),
+        if exit.wait_error.is_none() {
+            exit.wait_error = log_write_failure(&self.log);
+        }
+        self.state.lock().exit = Some((exit.clone(), Instant::now()));
+        drop(self.exited_tx.take());
+        let _ = self.events.send(ExitEvent {
+            work_id: self.work_id.clone(),
             exit,
         });
-    };
-    let mut leader_done = false;
-    loop {
-        match waitpid(Pid::from_raw(-pgid), None) {
-            Ok(status) => {
-                let (pid, exit) = match status {
-                    WaitStatus::Exited(pid, code) => (pid, (Some(code), None)),
-                    WaitStatus::Signaled(pid, sig, _) => (pid, (None, Some(sig as i32))),
-                    _ => continue,
-                };
-                if pid.as_raw() == pgid && !leader_done {
-                    leader_done = true;
-                    report(ExitInfo {
-                        code: exit.0,
-                        signal: exit.1,
-                        wait_error: None,
-                    });
-                }
-            }
-            Err(Errno::EINTR) => continue,
-            Err(Errno::ECHILD) => break,
-            Err(e) => {
-                if !leader_done {
-                    leader_done = true;
-                    report(ExitInfo {
-                        code: None,
-                        signal: None,
-                        wait_error: Some(format!("waitpid(-{pgid}): {e}")),
-                    });
-                }
-                break;
-            }
-        }
     }
-    if !leader_done {
-        report(ExitInfo {
+
+    /// No child of `mur` is left in the group.
+    fn done(&mut self) {
+        let pgid = self.pgid;
+        self.report(ExitInfo {
             code: None,
             signal: None,
             wait_error: Some(format!(
                 "the leader {pgid} was reaped by someone else; its exit is unknown"
             )),
         });
+        drop(self.reaped_tx.take());
     }
-    orphans::untrack(pgid);
-    drop(reaped_tx);
 }

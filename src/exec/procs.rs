@@ -42,6 +42,9 @@ pub struct Proc {
     pub comm: String,
     /// Whether it has exited and waits to be reaped (state `Z` or `X`).
     pub zombie: bool,
+    /// Its start time, in clock ticks after boot (`starttime`, field 22): with the pid
+    /// it names one process, whatever pid reuse brings later.
+    pub start: u64,
 }
 
 /// Reads `/proc/<pid>/stat`; `None` when the process is gone. A command name that is
@@ -57,12 +60,17 @@ pub fn read_stat(pid: i32) -> Option<Proc> {
     let state = rest.next()?;
     let ppid = rest.next()?.parse().ok()?;
     let pgid = rest.next()?.parse().ok()?;
+    // Fields 6..=22 after pgid: session, tty_nr, tpgid, flags, minflt, cminflt,
+    // majflt, cmajflt, utime, stime, cutime, cstime, priority, nice, num_threads,
+    // itrealvalue, starttime.
+    let start = rest.nth(16).and_then(|v| v.parse().ok()).unwrap_or(0);
     Some(Proc {
         pid,
         ppid,
         pgid,
         comm,
         zombie: state == "Z" || state == "X",
+        start,
     })
 }
 
@@ -119,18 +127,146 @@ pub fn env_var(pid: i32, key: &str) -> Option<String> {
     })
 }
 
-/// Whether the calling thread has a child outside `known` (cheap: one read of
-/// `/proc/thread-self/children`; true when that file cannot be read). An orphan that
-/// comes back to `mur` is reparented to the thread that started its ancestor, so on
-/// the thread that spawns commands this tells whether a slower scan is worth doing.
+/// Whether `mur` has a child outside `known` (cheap: one read of
+/// `/proc/self/task/<tid>/children` per thread of `mur`; true when those cannot be
+/// read). A process that escaped its command's group and outlived its parent came back
+/// to `mur` as a child subreaper, so this tells whether a walk is worth doing.
 pub fn has_unknown_children(known: &HashSet<i32>) -> bool {
-    match std::fs::read_to_string("/proc/thread-self/children") {
-        Ok(s) => s
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-            .any(|p| !known.contains(&p)),
-        Err(_) => true,
+    match children_of(std::process::id() as i32) {
+        Some(c) => c.iter().any(|p| !known.contains(p)),
+        None => true,
     }
+}
+
+/// The children of process `pid`: every thread's `/proc/<pid>/task/<tid>/children`
+/// (a child belongs to the thread that forked it, or that adopted it). `None` when the
+/// files cannot be read (a kernel without `CONFIG_PROC_CHILDREN`); empty for a process
+/// that is gone.
+pub fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Some(Vec::new());
+    };
+    let mut out = Vec::new();
+    let mut readable = false;
+    for t in tasks.flatten() {
+        match std::fs::read_to_string(t.path().join("children")) {
+            Ok(s) => {
+                readable = true;
+                out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !t.path().exists() => {
+                // The thread ended between the listing and the read.
+                readable = true;
+            }
+            Err(_) => {}
+        }
+    }
+    readable.then_some(out)
+}
+
+/// Whose a descendant of `mur` is, as [`walk`] tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// A command of this session's supervisor, or a process descended from one.
+    Session(std::sync::Arc<str>),
+    /// A command of a supervisor without a session, or a descendant of one.
+    Anonymous,
+    /// A process that came back to `mur` from a command that is no longer known
+    /// (its group is done), in a process where more than one owner runs commands and
+    /// no walk saw it while it was still attached.
+    Unknown,
+}
+
+impl Owner {
+    fn of(o: Option<std::sync::Arc<str>>) -> Owner {
+        match o {
+            Some(s) => Owner::Session(s),
+            None => Owner::Anonymous,
+        }
+    }
+}
+
+/// The owners recorded for processes a walk saw, by (pid, start time): a process that
+/// a later walk finds adopted by `mur` keeps the owner it had while it was attached.
+static SEEN: std::sync::Mutex<Option<HashMap<(i32, u64), Owner>>> = std::sync::Mutex::new(None);
+
+/// The descendants of `mur`, parents before children, each with its owner. The walk
+/// starts at `mur`'s own children and reads only the children lists of the processes
+/// it finds, so its cost follows `mur`'s process tree, not the host's (without
+/// `CONFIG_PROC_CHILDREN` it falls back to reading every process of `/proc`).
+///
+/// A child of `mur` is attributed, in this order: to the owner of the registered
+/// command group it is in (its leader, or a process of its group); to the owner a
+/// previous walk recorded for it while it still had a parent below `mur`; to the only
+/// session that ever ran a command in this process (`mur run`, `mur door`: there is
+/// one session); else it is [`Owner::Unknown`]. Every other descendant has its parent's
+/// owner. The walk records what it saw (and forgets the processes it no longer sees).
+pub fn walk() -> Vec<(Proc, Owner)> {
+    let me = std::process::id() as i32;
+    let Some(roots) = children_of(me) else {
+        return walk_scan(me);
+    };
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let old = seen.take().unwrap_or_default();
+    let sole = super::orphans::sole_owner();
+    let mut out: Vec<(Proc, Owner)> = Vec::new();
+    let mut queue: Vec<(i32, Option<Owner>)> = roots.into_iter().map(|p| (p, None)).collect();
+    let mut visited = HashSet::new();
+    let mut i = 0;
+    while i < queue.len() {
+        let (pid, inherited) = queue[i].clone();
+        i += 1;
+        if !visited.insert(pid) {
+            continue;
+        }
+        let Some(p) = read_stat(pid) else { continue };
+        let owner = inherited.unwrap_or_else(|| {
+            if let Some(o) = super::orphans::owner_of(p.pgid) {
+                Owner::of(o)
+            } else if let Some(o) = old.get(&(p.pid, p.start)) {
+                o.clone()
+            } else if let Some(o) = sole.clone() {
+                Owner::Session(o)
+            } else {
+                Owner::Unknown
+            }
+        });
+        for c in children_of(pid).unwrap_or_default() {
+            queue.push((c, Some(owner.clone())));
+        }
+        out.push((p, owner));
+    }
+    let mut now = HashMap::new();
+    for (p, o) in &out {
+        if *o != Owner::Unknown {
+            now.insert((p.pid, p.start), o.clone());
+        }
+    }
+    *seen = Some(now);
+    out
+}
+
+/// [`walk`] without children lists: every process of `/proc`, attributed by its
+/// group, or to the sole owner.
+fn walk_scan(me: i32) -> Vec<(Proc, Owner)> {
+    let sole = super::orphans::sole_owner();
+    let procs = scan();
+    let mut owner: HashMap<i32, Owner> = HashMap::new();
+    descendants(me, &procs)
+        .into_iter()
+        .map(|p| {
+            let o = match owner.get(&p.ppid) {
+                Some(o) if p.ppid != me => o.clone(),
+                _ => match (super::orphans::owner_of(p.pgid), &sole) {
+                    (Some(o), _) => Owner::of(o),
+                    (None, Some(o)) => Owner::Session(o.clone()),
+                    (None, None) => Owner::Unknown,
+                },
+            };
+            owner.insert(p.pid, o.clone());
+            (p, o)
+        })
+        .collect()
 }
 
 /// The live descendants of `mur` that hold `file` open (any file descriptor on the
@@ -140,9 +276,9 @@ pub fn holders(file: &Path) -> Vec<Proc> {
         return Vec::new();
     };
     let (dev, ino) = (meta.dev(), meta.ino());
-    let me = std::process::id() as i32;
-    let mut out: Vec<Proc> = descendants(me, &scan())
+    let mut out: Vec<Proc> = walk()
         .into_iter()
+        .map(|(p, _)| p)
         .filter(|p| !p.zombie)
         .filter(|p| {
             let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", p.pid)) else {
@@ -176,21 +312,22 @@ pub const SWEEP_LIMIT: Duration = Duration::from_secs(3);
 /// Which descendants a [`sweep`] kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SweepScope<'a> {
-    /// Only those positively marked as this session's: `MURMUR_SESSION` equal to the
-    /// id. Used where other sessions share the process (a formation's members), so one
-    /// member's end never kills another's processes; a process that cleared or forged
-    /// the variable is left to the process's own end.
+    /// Only those [`walk`] attributes to this session ([`Owner::Session`]), by
+    /// ancestry: descendants of its commands, wherever they moved (`setsid`, double
+    /// fork, a cleared environment). Used at a task's or member's end, where other
+    /// sessions may share the process (a formation's members), so one member's end
+    /// never kills another's processes; a process no walk could attribute
+    /// ([`Owner::Unknown`]) is left to the process's own end.
     Session(&'a str),
-    /// Every live descendant of `mur`, whatever it claims to be: the end of the last
-    /// session in the process.
+    /// Every live descendant of `mur`: the end of the last session in the process.
     All,
 }
 
 /// Kills (SIGKILL) the live descendants of `mur` that `scope` covers and reaps every
-/// zombie child, in rounds, until a round finds nothing to do or 3 s pass. Processes
-/// whose process group is in `skip_pgids` or that any group reaper still waits on
-/// ([`super::orphans::is_tracked`]) are left alone. Returns each process it killed,
-/// once.
+/// zombie child of no command group, in rounds, until a round finds nothing to do or
+/// 3 s pass. Processes whose process group is in `skip_pgids` or is a command group
+/// the reaper still works on ([`super::orphans::is_tracked`]) are left alone. Returns
+/// each process it killed, once. Its cost follows `mur`'s own process tree ([`walk`]).
 pub fn sweep(scope: SweepScope<'_>, skip_pgids: &[i32]) -> Vec<Survivor> {
     let me = std::process::id() as i32;
     let until = Instant::now() + SWEEP_LIMIT;
@@ -198,7 +335,7 @@ pub fn sweep(scope: SweepScope<'_>, skip_pgids: &[i32]) -> Vec<Survivor> {
     let mut seen = HashSet::new();
     loop {
         let mut acted = false;
-        for p in descendants(me, &scan()) {
+        for (p, owner) in walk() {
             if skip_pgids.contains(&p.pgid) || super::orphans::is_tracked(p.pgid) {
                 continue;
             }
@@ -215,7 +352,7 @@ pub fn sweep(scope: SweepScope<'_>, skip_pgids: &[i32]) -> Vec<Survivor> {
                 continue;
             }
             if let SweepScope::Session(want) = scope {
-                if env_var(p.pid, "MURMUR_SESSION").as_deref() != Some(want) {
+                if !matches!(&owner, Owner::Session(s) if &**s == want) {
                     continue;
                 }
             }
@@ -259,6 +396,7 @@ mod tests {
             pgid: pid,
             comm: String::new(),
             zombie: false,
+            start: 0,
         };
         let procs = [p(1, 0), p(10, 1), p(11, 10), p(12, 11), p(20, 2)];
         let d: Vec<i32> = descendants(10, &procs).iter().map(|p| p.pid).collect();
