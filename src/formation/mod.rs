@@ -15,88 +15,15 @@
 //! - [`launch`]: `mur run --roster`: stage every local member, start their sessions
 //!   and doors, run the entry task, end the formation.
 
-pub mod board;
-pub mod call;
-pub mod continuation;
 pub mod launch;
-pub mod link;
 pub mod wire;
 
+// The task board, the links to a member's door, the call pollers and the continuation
+// belong to the session (ARCHITECTURE.md, "Layers"); their old paths stay valid here.
+pub use crate::session::{board, call, continuation, link};
+pub use crate::session::{CallStatus, EndedCall};
+
 use std::time::Duration;
-
-/// How a member call ended (`member_call.status`, and the continuation's headers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStatus {
-    /// The member answered: its task completed.
-    Completed,
-    /// The member ended its task with end-without-answer.
-    NoAnswer,
-    /// The call could not be made, the door answered an error, or the member's task
-    /// failed or reached a state the runtime does not know.
-    Failed,
-    /// The member's task was cancelled.
-    Canceled,
-    /// The member did not take the task (busy for the whole deadline, or refused).
-    Rejected,
-    /// `lifecycle.delegation_deadline_secs` passed while the member held the task.
-    TimedOut,
-    /// Two offers or two reads in a row got no answer.
-    Unreachable,
-    /// The calling task ended before the call was accounted for.
-    Abandoned,
-}
-
-impl CallStatus {
-    /// The record spelling: `completed`, `no_answer`, `failed`, `canceled`, `rejected`,
-    /// `timed_out`, `unreachable`, `abandoned`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallStatus::Completed => "completed",
-            CallStatus::NoAnswer => "no_answer",
-            CallStatus::Failed => "failed",
-            CallStatus::Canceled => "canceled",
-            CallStatus::Rejected => "rejected",
-            CallStatus::TimedOut => "timed_out",
-            CallStatus::Unreachable => "unreachable",
-            CallStatus::Abandoned => "abandoned",
-        }
-    }
-}
-
-/// A member call that has ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EndedCall {
-    /// `mcl_…`.
-    pub call_id: String,
-    /// The member called.
-    pub member: String,
-    /// How it ended.
-    pub status: CallStatus,
-    /// What the model is shown: the member's answer, its reason, or the runtime's
-    /// sentence (spec table "Ending / Output").
-    pub output: String,
-    /// Members further down with no answer, `(name, status)`: read only for a
-    /// completed or no_answer call, at most 8, roster members only, never `completed`.
-    pub below: Vec<(String, String)>,
-    /// The member's task id, when it took the task.
-    pub member_task: Option<String>,
-    /// The member's door address as configured (trace only, never the model's).
-    pub door: Option<String>,
-    /// The error as the runtime logs it, naming the URL called, for a call that ended
-    /// on a door error (trace and stderr only; `output` is the model's text).
-    pub detail: Option<String>,
-}
-
-impl EndedCall {
-    /// Whether the ending is one an operator is warned of on stderr: failed,
-    /// unreachable or timed out.
-    pub fn warns(&self) -> bool {
-        matches!(
-            self.status,
-            CallStatus::Failed | CallStatus::Unreachable | CallStatus::TimedOut
-        )
-    }
-}
 
 /// The default bound of one member call: 600 seconds.
 pub const DEFAULT_DELEGATION_DEADLINE_SECS: u64 = 600;

@@ -6,6 +6,7 @@
 
 pub mod keys;
 pub mod parse;
+pub mod reserved;
 pub mod roster;
 mod sections;
 mod suggest;

@@ -474,7 +474,7 @@ fn capabilities(cx: &mut Cx, f: Field) -> Option<Capabilities> {
                     );
                     return None;
                 }
-                if crate::tools::RESERVED.contains(&s.as_str()) {
+                if super::reserved::RESERVED.contains(&s.as_str()) {
                     cx.err(
                         item.node.pos,
                         item.path,

@@ -17,14 +17,21 @@
 //! session's end) yields none. Under any other combination every command still
 //! running is stopped when its task ends.
 
-mod calls;
+pub mod board;
+pub mod call;
+pub mod continuation;
 pub mod deadline;
 mod dispatch;
 mod infer;
+pub mod link;
+mod outstanding;
+mod port;
 #[cfg(test)]
 mod refusal_tests;
 pub mod status;
 mod task;
+
+pub use outstanding::{CallStatus, EndedCall};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,21 +45,20 @@ use crate::exec::procs::SweepScope;
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
-use crate::formation::board::{Board, Final, Incoming, Origin};
-use crate::formation::link::{Link, State};
 use crate::inference::{self, Driver, DriverError};
 use crate::manifest::{AfterTask, DriverChoice, DriverKind, Manifest, TaskAcceptance};
 use crate::progress::Progress;
 use crate::records::Trace;
 use crate::signals::Shutdown;
 use crate::staging::Staged;
+use board::{Board, Final, Incoming, Origin};
+use link::{Link, State};
 
-use calls::Calls;
 use deadline::Deadline;
+use outstanding::Calls;
 use status::Counters;
 
-/// The default system prompt when the capsule gives none.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are an agent run by mur. Use the tools you are given to do the task, then answer it in text without calling a tool.";
+pub use crate::staging::DEFAULT_SYSTEM_PROMPT;
 
 /// Everything a session needs, validated.
 pub struct SessionSpec {
@@ -81,7 +87,7 @@ pub struct MemberRole {
     pub callees: Vec<(String, Arc<dyn Link>)>,
     /// Every roster member's name (filters `noAnswerBelow`).
     pub roster: Arc<Vec<String>>,
-    /// The bound of one call ([`crate::formation::delegation_deadline`]).
+    /// The bound of one call (`lifecycle.delegation_deadline_secs`, else `MURMUR_DELEGATION_TIMEOUT_SECS`, else 600 s).
     pub call_deadline: Duration,
 }
 

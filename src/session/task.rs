@@ -7,12 +7,12 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
 
+use super::board::{Final, Incoming, Origin};
+use super::link::State;
 use crate::exec::procs::SweepScope;
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
-use crate::formation::board::{Final, Incoming, Origin};
-use crate::formation::link::State;
 use crate::inference::{Message, ToolCall, ToolSpec};
 use crate::tools::{self, end_without_answer};
 

@@ -166,7 +166,7 @@ pub fn errors_in<E: std::fmt::Display>(file: &Path, errors: &[E]) -> String {
 }
 
 /// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
-/// (relative to the capsule), else [`crate::session::DEFAULT_SYSTEM_PROMPT`].
+/// (relative to the capsule), else [`DEFAULT_SYSTEM_PROMPT`].
 ///
 /// Errors: the prompt file cannot be read.
 pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
@@ -177,7 +177,7 @@ pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
             std::fs::read_to_string(&p)
                 .map_err(|e| format!("prompt.system_file {}: {e}", p.display()))
         }
-        (None, None) => Ok(crate::session::DEFAULT_SYSTEM_PROMPT.to_string()),
+        (None, None) => Ok(DEFAULT_SYSTEM_PROMPT.to_string()),
     }
 }
 
@@ -364,21 +364,10 @@ pub fn stage_member(
     })
 }
 
-/// The message for a call naming a tool that is not in the inventory: names the
-/// declaration that is missing for a runtime-provided tool.
-pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
-    let names: Vec<&str> = inventory.iter().map(|t| t.name.as_str()).collect();
-    match tools::grant_of(name) {
-        Some(grant) => format!(
-            "tool `{name}` does not exist in this session: it exists only when the capsule declares {grant}; the tools are: {}",
-            names.join(", ")
-        ),
-        None => format!(
-            "tool `{name}` does not exist in this session: a shell binary is a tool only when capabilities.shell.allow lists it; the tools are: {}",
-            names.join(", ")
-        ),
-    }
-}
+pub use crate::tools::absent_tool_message;
+
+/// The default system prompt when the capsule gives none.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are an agent run by mur. Use the tools you are given to do the task, then answer it in text without calling a tool.";
 
 /// Checks what the manifest points at on disk, so `mur check` and staging refuse a
 /// capsule that could not run: the workdir is a directory, `prompt.system_file` is a
