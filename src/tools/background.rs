@@ -500,7 +500,6 @@ pub fn call(ctx: &Context<'_>, input: &Value) -> Result<Answer, String> {
     })
 }
 
-
 /// The background-command tool ([`super::registry`]).
 pub struct BackgroundCommand;
 

@@ -128,7 +128,6 @@ pub fn answered_waiting(member: &str, call_id: &str) -> String {
     format!("{member} has already answered call {call_id}, so nothing was sent. The answer reaches you as soon as you end your turn: end your turn now by replying without calling a tool.")
 }
 
-
 /// The call-member tool ([`super::registry`]): the refusals in the spec's order, then
 /// the call, placed by the session ([`super::Session::place_call`]).
 pub struct CallMember;

@@ -272,7 +272,6 @@ fn render(running: &Running, exit: Option<ExitInfo>, cut: Option<Cut>) -> ToolRe
     r
 }
 
-
 /// The tool of every shell binary entry ([`super::registry`]).
 pub struct Shell;
 
