@@ -1,6 +1,6 @@
-//! Answering one tool call of a turn: the tool looked up in the inventory and the
-//! registry ([`crate::tools::registry`]), the deadline notice, and the `tool_call`
-//! record.
+//! Answering one tool call of a turn: the tool looked up in the inventory, the
+//! decision point ([`super::policy`]), the tool run through the registry
+//! ([`crate::tools::registry`]), the deadline notice, and the `tool_call` record.
 
 use std::time::Instant;
 
@@ -10,6 +10,7 @@ use crate::fields;
 use crate::inference::{Arguments, ToolCall};
 use crate::tools::{self, ToolResult};
 
+use super::policy::{CallOrigin, Decision};
 use super::Loop;
 
 impl Loop<'_> {
@@ -24,7 +25,7 @@ impl Loop<'_> {
     ) -> (String, bool) {
         let started = Instant::now();
         self.progress.set(turn, format!("running {}", call.name));
-        let mut result = self.answer(call);
+        let mut result = self.answer(call, &CallOrigin::Model);
         if !result.refused {
             if let Some(d) = self.deadline.as_mut().filter(|d| !d.passed()) {
                 if let Some((line, left)) = d.take_notice() {
@@ -56,9 +57,11 @@ impl Loop<'_> {
         (content, result.status == tools::Status::Failed)
     }
 
-    /// Looks the call's tool up in the inventory and the registry and runs it; writes
-    /// the records the tool answers with.
-    fn answer(&mut self, call: &ToolCall) -> ToolResult {
+    /// Looks the call's tool up in the inventory, passes it through the decision point
+    /// ([`Loop::decide`]), then runs it through the registry; writes the records the
+    /// tool answers with. A call naming no tool of the inventory, or whose arguments
+    /// are not JSON, is refused before the decision point: nothing could run.
+    fn answer(&mut self, call: &ToolCall, origin: &CallOrigin) -> ToolResult {
         let spec = self.spec;
         let inventory = &spec.staged.inventory;
         let Some(entry) = inventory.iter().find(|t| t.name == call.name) else {
@@ -74,6 +77,13 @@ impl Loop<'_> {
                 ))
             }
         };
+        // The decision point: nothing runs a tool around it.
+        if let Decision::Deny { message } = self.decide(origin, &call.name, &call.id, &input) {
+            let mut r = ToolResult::refused(message);
+            r.record
+                .insert("policy".into(), Value::String("deny".into()));
+            return r;
+        }
         let answer = entry.kind.tool().call(self, entry, &input);
         for (kind, fields) in answer.records {
             self.trace.record(Some(&self.task_id), kind, fields);

@@ -22,9 +22,12 @@ pub mod call;
 pub mod continuation;
 pub mod deadline;
 mod dispatch;
+mod hooks;
 mod infer;
+mod lifecycle;
 pub mod link;
 mod outstanding;
+pub mod policy;
 mod port;
 #[cfg(test)]
 mod refusal_tests;
@@ -191,6 +194,13 @@ struct Loop<'a> {
     completions: bool,
     /// Each command's starting task and that task's origin, by work id.
     owners: HashMap<String, (String, Origin)>,
+    /// Runs hooks and `lifecycle.done_check`: their processes are no shell command of
+    /// the task (no work id the model sees, no `runningCommands`).
+    hook_supervisor: Supervisor,
+    /// The running task's attempt, from 1.
+    attempt: u32,
+    /// Reopens of the running task by its `on_task_end` hooks.
+    reopens: u32,
 }
 
 /// Why the loop stopped.
@@ -326,6 +336,9 @@ pub fn serve(
         completions: after_task == AfterTask::Sleep
             && spec.manifest.task_acceptance == TaskAcceptance::Queue,
         owners: HashMap::new(),
+        hook_supervisor: Supervisor::for_session(&spec.staged.session_id),
+        attempt: 1,
+        reopens: 0,
     };
     let exits = lp.supervisor.events().clone();
     let mut outcomes: Vec<Outcome> = Vec::new();
@@ -388,6 +401,7 @@ pub fn serve(
     // Commands that outlived their task (completion tasks on) are stopped now, and
     // what left their groups is killed; none of them becomes a completion task.
     let stopped = lp.supervisor.stop_all();
+    lp.hook_supervisor.stop_all();
     // The last session in the process (mur run, mur door) kills every descendant left;
     // a formation member only its own, and the formation's end the rest.
     let scope = if spec.member.is_none() {

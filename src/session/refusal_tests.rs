@@ -68,6 +68,9 @@ fn between_tasks(member: Option<MemberRole>, f: impl FnOnce(&mut Loop)) {
         calls: Calls::new(),
         completions: false,
         owners: HashMap::new(),
+        hook_supervisor: Supervisor::for_session(&spec.staged.session_id),
+        attempt: 1,
+        reopens: 0,
     };
     f(&mut lp);
 }
