@@ -684,3 +684,87 @@ fn every_tool_of_the_inventory_passes_the_decision_point() {
     assert!(!c.dir.join("work/ran").exists());
     assert!(run.records("background_command").is_empty());
 }
+
+// ---- a hook's run-inference ----
+
+const REVIEWER: &str = "#!/bin/sh\nin=$(cat)\ncase \"$in\" in\n  *'\"inference\":{\"text\":\"DENY'*) echo '{\"decision\":\"deny\",\"reason\":\"the reviewer model said no\"}';;\n  *'\"inference\"'*) echo '{\"decision\":\"allow\"}';;\n  *) echo '{\"run_inference\":{\"prompt\":\"Is this call safe?\",\"system\":\"You review tool calls.\"}}';;\nesac\n";
+
+#[test]
+fn a_hook_may_ask_for_one_inference_call_which_counts_in_turns_used() {
+    let c = with_policy(
+        REVIEWER,
+        None,
+        "- tool_calls:\n    - {name: session-status, input: {}}\n- text: DENY it\n- tool_calls:\n    - {name: session-status, input: {}}\n- text: fine\n- text: done\n",
+    );
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let texts = run.tool_texts();
+    assert_eq!(
+        texts[0],
+        refusal(
+            "denied by hook on_tool_call[0] (h): the reviewer model said no; the call did not run"
+        )
+    );
+    // The second call was allowed after the reviewer said "fine"; its status counts
+    // every inference so far, the hook's included.
+    let st = run.one("session_status")["status"].clone();
+    assert_eq!(st["turns"]["used"], 4, "{st}");
+    let inf = run.records("inference");
+    assert_eq!(inf.len(), 5);
+    assert_eq!(inf[1]["hook"], "on_tool_call[0]");
+    assert_eq!(inf[1]["text"], "DENY it");
+    assert_eq!(inf[0].get("hook"), None);
+    let decisions: Vec<String> = run
+        .records("hook_run")
+        .iter()
+        .map(|r| r["decision"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        decisions,
+        ["run_inference", "deny", "run_inference", "allow"]
+    );
+    assert_eq!(run.one("task_end")["turns"], 5);
+}
+
+#[test]
+fn a_hook_asking_for_a_second_inference_call_fails_closed() {
+    let hook = "#!/bin/sh\ncat >/dev/null\necho '{\"run_inference\":{\"prompt\":\"again\"}}'\n";
+    let c = with_policy(hook, None, "- tool_calls:\n    - {name: session-status, input: {}}\n- text: model says\n- text: done\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(
+        run.tool_texts()[0],
+        refusal("denied by hook on_tool_call[0] (h): the hook failed closed: it asked for a second inference call; a hook gets one per run; the call did not run")
+    );
+}
+
+#[test]
+fn a_hook_inference_is_refused_once_max_turns_is_used_up() {
+    let c = with_policy(
+        REVIEWER,
+        None,
+        "- tool_calls:\n    - {name: session-status, input: {}}\n- text: never asked\n",
+    )
+    .manifest_append("  max_turns: 1\n");
+    let run = c.run("t", &[]);
+    let seen = std::fs::read_to_string(c.dir.join("murmur.yaml")).unwrap();
+    assert!(seen.contains("max_turns: 1"), "{seen}");
+    assert_eq!(run.code(), 3, "{}", run.dump());
+    // The hook got the error instead of a text and allowed: the call ran.
+    assert_eq!(run.records("session_status").len(), 1, "{}", run.dump());
+    assert_eq!(run.records("inference").len(), 1);
+    assert_eq!(run.one("task_end")["exit_status"], "max_turns");
+}
+
+trait Append {
+    fn manifest_append(self, under_inference: &str) -> Self;
+}
+
+impl Append for Capsule {
+    /// Adds `under_inference` to the manifest's `inference:` section.
+    fn manifest_append(self, under_inference: &str) -> Capsule {
+        let m = std::fs::read_to_string(self.dir.join("murmur.yaml")).unwrap();
+        let m = m.replace("inference:\n", &format!("inference:\n{under_inference}"));
+        self.manifest(&m)
+    }
+}

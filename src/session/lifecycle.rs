@@ -238,28 +238,13 @@ impl Loop<'_> {
                 "attempt": self.attempt,
                 "reopens_used": self.reopens,
                 "reopens_left": max.saturating_sub(self.reopens),
-            })
-            .to_string();
+            });
             let timeout = Duration::from_secs(h.timeout_secs.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECS));
-            let run = self.run_hook(h, "on_task_end", stdin.as_bytes(), timeout, false);
-            let answer = match run.failure(timeout) {
-                Some(f) => Err(f),
-                None => hooks::one_object(&run).and_then(|o| {
-                    if let Some(k) = o.keys().find(|k| *k != "reopen") {
-                        return Err(format!(
-                            "its answer has the unknown key `{k}`; answer {{}} or {{\"reopen\": \"<message>\"}}"
-                        ));
-                    }
-                    match o.get("reopen") {
-                        None | Some(Value::Null) => Ok(None),
-                        Some(Value::String(m)) if !m.trim().is_empty() => Ok(Some(m.clone())),
-                        Some(Value::String(_)) => Err("its `reopen` message is blank".into()),
-                        Some(other) => Err(format!(
-                            "its `reopen` is {}, not a message",
-                            crate::tools::json_type(other)
-                        )),
-                    }
-                }),
+            let (run, answer) =
+                self.ask_hook(&name, h, "on_task_end", &stdin, timeout, false, None);
+            let answer = match answer {
+                Err(f) => Err(f),
+                Ok(o) => reopen_of(&o),
             };
             match answer {
                 Err(f) => {
@@ -329,5 +314,24 @@ impl Loop<'_> {
             }
         }
         Next::End(stop)
+    }
+}
+
+/// What an `on_task_end` hook's answer asks: `{}` nothing, `{"reopen": "<message>"}` a
+/// reopen. Errors: any other key, a blank or non-string message.
+fn reopen_of(o: &serde_json::Map<String, Value>) -> Result<Option<String>, String> {
+    if let Some(k) = o.keys().find(|k| *k != "reopen") {
+        return Err(format!(
+            "its answer has the unknown key `{k}`; answer {{}} or {{\"reopen\": \"<message>\"}}"
+        ));
+    }
+    match o.get("reopen") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(m)) if !m.trim().is_empty() => Ok(Some(m.clone())),
+        Some(Value::String(_)) => Err("its `reopen` message is blank".into()),
+        Some(other) => Err(format!(
+            "its `reopen` is {}, not a message",
+            crate::tools::json_type(other)
+        )),
     }
 }

@@ -94,7 +94,8 @@ impl Loop<'_> {
         call_id: &str,
         input: &Value,
     ) -> Decision {
-        let list = &self.spec.manifest.hooks.on_tool_call;
+        let spec = self.spec;
+        let list = &spec.manifest.hooks.on_tool_call;
         if list.is_empty() {
             if self.spec.manifest.hooks.any() {
                 self.trace.record(
@@ -113,8 +114,7 @@ impl Loop<'_> {
             "call_id": call_id,
             "input": input,
             "origin": origin.to_json(),
-        })
-        .to_string();
+        });
         let mut decision = Decision::Allow;
         let mut decided_by = None;
         let mut reason_given = None;
@@ -122,29 +122,34 @@ impl Loop<'_> {
         for (i, h) in list.iter().enumerate() {
             let name = hook_name("on_tool_call", i);
             let timeout = Duration::from_secs(h.timeout_secs.unwrap_or(DEFAULT_HOOK_TIMEOUT_SECS));
-            let run = self.run_hook(h, "on_tool_call", stdin.as_bytes(), timeout, true);
+            let (run, answer) = self.ask_hook(
+                &name,
+                h,
+                "on_tool_call",
+                &stdin,
+                timeout,
+                true,
+                Some(call_id),
+            );
             ran += 1;
-            let verdict = match run.failure(timeout) {
-                Some(f) => Err(f),
-                None => hooks::one_object(&run).and_then(|o| {
-                    let reason = match o.get("reason") {
-                        Some(Value::String(r)) if !r.trim().is_empty() => Some(r.trim().to_string()),
-                        _ => None,
-                    };
-                    match o.get("decision") {
-                        Some(Value::String(d)) if d == "allow" => Ok((true, reason)),
-                        Some(Value::String(d)) if d == "deny" => Ok((false, reason)),
-                        Some(Value::String(d)) => Err(format!(
-                            "it answered decision `{d}`; the decision must be \"allow\" or \"deny\""
-                        )),
-                        Some(other) => Err(format!(
-                            "its decision is {}, not \"allow\" or \"deny\"",
-                            crate::tools::json_type(other)
-                        )),
-                        None => Err("its answer has no `decision`; answer {\"decision\": \"allow\"} or {\"decision\": \"deny\", \"reason\": \"…\"}".into()),
-                    }
-                }),
-            };
+            let verdict = answer.and_then(|o| {
+                let reason = match o.get("reason") {
+                    Some(Value::String(r)) if !r.trim().is_empty() => Some(r.trim().to_string()),
+                    _ => None,
+                };
+                match o.get("decision") {
+                    Some(Value::String(d)) if d == "allow" => Ok((true, reason)),
+                    Some(Value::String(d)) if d == "deny" => Ok((false, reason)),
+                    Some(Value::String(d)) => Err(format!(
+                        "it answered decision `{d}`; the decision must be \"allow\" or \"deny\""
+                    )),
+                    Some(other) => Err(format!(
+                        "its decision is {}, not \"allow\" or \"deny\"",
+                        crate::tools::json_type(other)
+                    )),
+                    None => Err("its answer has no `decision`; answer {\"decision\": \"allow\"} or {\"decision\": \"deny\", \"reason\": \"…\"}".into()),
+                }
+            });
             let (word, reason) = match &verdict {
                 Ok((true, r)) => ("allow", r.clone()),
                 Ok((false, r)) => (
@@ -186,6 +191,104 @@ impl Loop<'_> {
             },
         );
         decision
+    }
+
+    /// Asks one hook: runs it with `stdin` and reads its one JSON object. A hook's
+    /// run-inference is a two-step answer: a first answer
+    /// `{"run_inference": {"prompt": "…", "system": "…"}}` makes the runtime do one
+    /// inference call on the session's driver choice (it counts in `turns.used`, and
+    /// is refused once `inference.max_turns` is used up), then run the hook again with
+    /// the same stdin plus `"inference": {"text": …}` or `{"error": …}`; that second
+    /// answer is final. The first run writes its own `hook_run` (decision
+    /// `run_inference`); the caller records the run returned.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ask_hook(
+        &mut self,
+        name: &str,
+        h: &Hook,
+        event: &str,
+        stdin: &Value,
+        timeout: Duration,
+        cancelable: bool,
+        call_id: Option<&str>,
+    ) -> (hooks::Run, Result<serde_json::Map<String, Value>, String>) {
+        let run = self.run_hook(h, event, stdin.to_string().as_bytes(), timeout, cancelable);
+        let answer = match run.failure(timeout) {
+            Some(f) => Err(f),
+            None => hooks::one_object(&run),
+        };
+        let request = match &answer {
+            Ok(o) => match o.get("run_inference") {
+                None => return (run, answer),
+                Some(r) => r.clone(),
+            },
+            Err(_) => return (run, answer),
+        };
+        let prompt = match request.get("prompt") {
+            Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
+            _ => {
+                return (
+                    run,
+                    Err("its `run_inference` needs a non-empty `prompt` string".into()),
+                )
+            }
+        };
+        let system = match request.get("system") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return (
+                    run,
+                    Err(format!(
+                        "its `run_inference.system` is {}, not a string",
+                        crate::tools::json_type(other)
+                    )),
+                )
+            }
+        };
+        self.record_hook_run(name, h, event, &run, "run_inference", None, call_id);
+        let inference = self.hook_inference(name, &prompt, system.as_deref());
+        let mut again = stdin.clone();
+        again["inference"] = inference;
+        let run = self.run_hook(h, event, again.to_string().as_bytes(), timeout, cancelable);
+        let answer = match run.failure(timeout) {
+            Some(f) => Err(f),
+            None => hooks::one_object(&run).and_then(|o| {
+                if o.contains_key("run_inference") {
+                    Err("it asked for a second inference call; a hook gets one per run".into())
+                } else {
+                    Ok(o)
+                }
+            }),
+        };
+        (run, answer)
+    }
+
+    /// One inference call for hook `name`: `{"text": …, "turn": N}`, or `{"error": …}`.
+    fn hook_inference(&mut self, name: &str, prompt: &str, system: Option<&str>) -> Value {
+        let spec = self.spec;
+        let Some(inf) = spec.manifest.inference.as_ref() else {
+            return json!({"error": "this capsule has no inference: block"});
+        };
+        let Some(choice) = inf.choice(&spec.choice) else {
+            return json!({"error": format!("driver choice `{}` is not declared", spec.choice)});
+        };
+        if let Some(cap) = inf.max_turns {
+            if self.counters.turns_used >= u64::from(cap) {
+                return json!({"error": format!("inference.max_turns ({cap}) is used up; no inference call was made")});
+            }
+        }
+        let driver = match self.driver(choice) {
+            Ok(d) => d,
+            Err(e) => return json!({"error": e}),
+        };
+        let turn = self.counters.turns_used + 1;
+        let messages = [crate::inference::Message::User(prompt.to_string())];
+        match self.infer(&driver, choice, &messages, &[], turn, Some((name, system))) {
+            Ok(r) => json!({"text": r.text.unwrap_or_default(), "turn": turn}),
+            Err(super::Stop::Failed(e)) | Err(super::Stop::Limit(_, e)) => json!({"error": e}),
+            Err(_) => json!({"error": "the task was canceled during the inference call"}),
+        }
     }
 
     /// Runs one hook with `stdin`; `cancelable`: the task's stop ends it early.

@@ -280,7 +280,7 @@ impl Loop<'_> {
                 }
                 let turn = self.counters.turns_used + 1;
                 self.progress.set(turn, "waiting for the model");
-                let resp = match self.infer(&driver, choice, &messages, &tools, turn) {
+                let resp = match self.infer(&driver, choice, &messages, &tools, turn, None) {
                     Ok(r) => r,
                     Err(s) => break 'turns s,
                 };
