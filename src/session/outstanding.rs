@@ -77,6 +77,11 @@ pub struct EndedCall {
     /// The error as the runtime logs it, naming the URL called, for a call that ended
     /// on a door error (trace and stderr only; `output` is the model's text).
     pub detail: Option<String>,
+    /// `true` when the member was busy at every offer and the call ended before it
+    /// took the task: the spec's "Ends rejected, never held" (the deadline passed) and
+    /// "Ends abandoned, never held" (the calling task ended between offers, or while an
+    /// offer was on its way that the member turned away busy). `member_call.never_held`.
+    pub never_held: bool,
 }
 
 impl EndedCall {
@@ -195,6 +200,7 @@ impl Loop<'_> {
                 member_task: None,
                 door: Some(link.address()),
                 detail: None,
+                never_held: false,
             }
         } else {
             let ctx = CallCtx {
@@ -258,6 +264,7 @@ impl Loop<'_> {
                             member_task: None,
                             door: Some(address),
                             detail: None,
+                            never_held: false,
                         },
                     }
                 }
@@ -271,6 +278,7 @@ impl Loop<'_> {
                     member_task: None,
                     door: Some(link.address()),
                     detail: None,
+                    never_held: false,
                 },
             }
         };
@@ -352,6 +360,7 @@ impl Loop<'_> {
             "status" => e.status.as_str(),
             "delivered" => delivered,
             "member_task" => e.member_task,
+            "never_held" => e.never_held,
             "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
             "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
         };
@@ -409,6 +418,7 @@ impl Loop<'_> {
                 member_task: None,
                 door: None,
                 detail: None,
+                never_held: false,
             });
             self.record_member_call(&e, false);
         }

@@ -94,7 +94,8 @@ fn call(cx: &mut dyn super::Session, input: &serde_json::Value) -> ToolResult {
         return ToolResult::refused(call_still_out(&h.call_id, &h.member));
     }
     let reason = match input.get("reason") {
-        Some(serde_json::Value::String(r)) if !r.trim().is_empty() => r.trim().to_string(),
+        // Kept as given: the reason is the task's status message (spec).
+        Some(serde_json::Value::String(r)) if !r.trim().is_empty() => r.clone(),
         _ => return ToolResult::refused(NO_REASON),
     };
     if cx.ending().is_some() {
