@@ -1,19 +1,16 @@
 //! Formations: members of a `roster.yaml` that hand each other tasks with
-//! `call-member` (spec, "call-member" and "end-without-answer").
+//! `call-member` (spec, "call-member" and "end-without-answer"). This floor stands
+//! above [`crate::session`]: it stages every member, starts its session and its door,
+//! and gives each session the links to the members it may call.
 //!
-//! - [`board`]: a member's task store: what its door answers (`SendMessage`, `GetTask`,
-//!   `CancelTask`), busy refusals, queueing, the no-answer metadata. It keeps every
-//!   unfinished task and the [`board::KEEP_FINISHED`] (1000) most recent finished ones
-//!   for `GetTask`; `mur door` serves the same board.
-//! - [`link`]: how a caller reaches a member's door ([`link::Link`]), independent of
-//!   the wire. A launch reaches every member over A2A HTTP ([`wire::HttpLink`]), local
-//!   members included (through their loopback doors); [`link::LocalLink`], in process,
-//!   is used by no launch.
-//! - [`call`]: one poller thread per outstanding call: busy re-offers with backoff,
-//!   `GetTask` every 500 ms, deadline, unreachable, abandon.
-//! - [`continuation`]: the one message a waiting task continues with.
 //! - [`launch`]: `mur run --roster`: stage every local member, start their sessions
 //!   and doors, run the entry task, end the formation.
+//! - [`wire`]: how a caller reaches a member's door over A2A HTTP
+//!   ([`wire::HttpLink`]), local members included (through their loopback doors).
+//!
+//! The task board, the [`link::Link`] trait, the call pollers and the continuation
+//! belong to the session that owns its tasks and its outstanding work; they are
+//! re-exported here under their old paths.
 
 pub mod launch;
 pub mod wire;

@@ -4,6 +4,20 @@
 //! member calls and the continuation that delivers their answers, the deadline, the
 //! ceilings and every record of the session.
 //!
+//! - [`board`]: the session's tasks: what its door answers (`SendMessage`, `GetTask`,
+//!   `CancelTask`), busy refusals, queueing, the no-answer metadata.
+//! - [`link`], [`call`], [`continuation`] and `outstanding`: the task's outstanding
+//!   work (member calls today, delegations next), one poller per call, and the one
+//!   message a waiting task continues with.
+//! - [`policy`]: the decision point every tool call passes (`hooks.on_tool_call`);
+//!   `hooks` runs a hook or a check; `lifecycle`: a task's attempts (keep_working,
+//!   done_check, `hooks.on_task_end` and reopens).
+//! - `dispatch` looks a call's tool up and runs it through [`crate::tools::registry`];
+//!   `port` is the [`crate::tools::Session`] a tool sees.
+//!
+//! This floor imports nothing from [`crate::formation`] (scripts/check-layers.sh): a
+//! member's callees arrive as [`link::Link`] trait objects in its [`MemberRole`].
+//!
 //! # Completion tasks
 //!
 //! Under `task_acceptance: queue` with `after_task: sleep`, a background command
