@@ -444,6 +444,17 @@ impl Supervisor {
         Ok(running)
     }
 
+    /// Forgets a command whose group is gone (a hook run that ended): it is no longer
+    /// listed, stopped or swept. A command still running is kept.
+    pub fn forget(&self, work_id: &str) {
+        let mut c = self.commands.lock();
+        if c.get(work_id)
+            .is_some_and(|r| r.exit().is_some() && !r.group_alive())
+        {
+            c.remove(work_id);
+        }
+    }
+
     /// The command with this work id, if this supervisor started it.
     pub fn get(&self, work_id: &str) -> Option<Arc<Running>> {
         self.commands.lock().get(work_id).cloned()

@@ -164,6 +164,10 @@ pub(super) fn run(sup: &Supervisor, spec: Spec<'_>) -> Run {
     let duration = started.elapsed();
     running.kill_leftovers();
     running.mark_exit_returned();
+    // Once its group is reaped, the run is forgotten: a long session's hook runs do not
+    // pile up in the supervisor.
+    let _ = running.reaped().recv_timeout(Duration::from_millis(200));
+    sup.forget(&running.work_id);
     // The hook supervisor's exit events are read by no one: drop them as they come.
     while sup.events().try_recv().is_ok() {}
     let (stdout, stdout_over) = match &out_path {
@@ -273,6 +277,31 @@ mod tests {
             work_id: None,
             log: None,
         }
+    }
+
+    #[test]
+    fn a_finished_run_is_answered_from_its_stdout_and_forgotten_by_the_supervisor() {
+        let dir = tempfile::tempdir().unwrap();
+        let sup = Supervisor::new();
+        let argv: Vec<String> = ["sh", "-c", "read x; echo \"{\\\"got\\\": \\\"$x\\\"}\""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let r = run(
+            &sup,
+            Spec {
+                argv: &argv,
+                cwd: dir.path(),
+                logs_dir: dir.path(),
+                stdin: Some(b"hello\n"),
+                env: Vec::new(),
+                timeout: Duration::from_secs(60),
+                stop: None,
+            },
+        );
+        assert_eq!(r.exit_code(), Some(0));
+        assert_eq!(one_object(&r).unwrap()["got"], "hello");
+        assert!(sup.all().is_empty(), "the run is still listed");
     }
 
     #[test]
