@@ -768,3 +768,47 @@ impl Append for Capsule {
         self.manifest(&m)
     }
 }
+
+#[test]
+fn a_hook_still_running_at_the_deadline_is_stopped_and_denies() {
+    let c = with_policy("#!/bin/sh\nexec sleep 300\n", Some(120), STATUS_THEN_ANSWER);
+    let started = Instant::now();
+    let run = c.run("t", &["--deadline", "2s"]);
+    assert_eq!(run.code(), 3, "{}", run.dump());
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(
+        run.tool_texts()[0],
+        refusal("denied by hook on_tool_call[0] (h): the hook failed closed: the session's deadline passed while it ran; it was stopped; the call did not run")
+    );
+    assert_eq!(run.one("task_end")["exit_status"], "deadline");
+}
+
+#[test]
+fn a_denied_end_without_answer_does_not_end_the_task() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: ./lead, calls: [worker]}\n  worker: {capsule: ./worker, calls: [lead]}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: worker, task: hi}}\n- text: waiting\n- text: lead done\n",
+        )
+        .member(
+            "worker",
+            "capabilities:\n  network: {allow: [localhost]}\nhooks:\n  on_tool_call:\n    - {command: [hooks/policy]}\n",
+            "- tool_calls:\n    - {name: end-without-answer, input: {reason: nothing to say}}\n- text: an answer after all\n",
+        );
+    exe(
+        &f.dir.join("worker"),
+        "hooks/policy",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"decision\":\"deny\",\"reason\":\"answer the lead\"}'\n",
+    );
+    let run = f.run("t");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let worker = run.member("worker");
+    assert_eq!(
+        worker.tool_texts()[0],
+        "<untrusted-content source=tool:end-without-answer>\ndenied by hook on_tool_call[0] (policy): answer the lead; the call did not run\n</untrusted-content>"
+    );
+    assert_eq!(worker.one("task_end")["exit_status"], "completed");
+    assert_eq!(run.member("lead").one("member_call")["status"], "completed");
+}

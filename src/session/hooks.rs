@@ -34,6 +34,8 @@ pub(super) enum Ended {
     TimedOut,
     /// The task was canceled or the session shut down; the group was stopped.
     Canceled,
+    /// The session's deadline passed while it ran; the group was stopped.
+    Deadline,
     /// It could not be started.
     NotStarted(String),
 }
@@ -79,6 +81,9 @@ impl Run {
                 timeout.as_secs()
             )),
             Ended::Canceled => Some("the task was canceled while it ran".into()),
+            Ended::Deadline => {
+                Some("the session's deadline passed while it ran; it was stopped".into())
+            }
             Ended::NotStarted(e) => Some(format!("it could not be started: {e}")),
         }
     }
@@ -100,6 +105,8 @@ pub(super) struct Spec<'a> {
     pub timeout: Duration,
     /// Stops the run early when it fires or disconnects.
     pub stop: Option<&'a Receiver<()>>,
+    /// Stops the run early when it passes (the session's deadline).
+    pub deadline: Option<Instant>,
 }
 
 /// Runs `spec` to its end through `sup`.
@@ -146,10 +153,15 @@ pub(super) fn run(sup: &Supervisor, spec: Spec<'_>) -> Run {
     };
     let never_rx = never();
     let stop_rx = spec.stop.unwrap_or(&never_rx);
+    let deadline_rx = match spec.deadline {
+        Some(d) => after(d.saturating_duration_since(Instant::now())),
+        None => never(),
+    };
     let ended = select! {
         recv(running.exited()) -> _ => None,
         recv(after(spec.timeout)) -> _ => Some(Ended::TimedOut),
         recv(stop_rx) -> _ => Some(Ended::Canceled),
+        recv(deadline_rx) -> _ => Some(Ended::Deadline),
     };
     let ended = match ended {
         None => match running.exit() {
@@ -297,6 +309,7 @@ mod tests {
                 env: Vec::new(),
                 timeout: Duration::from_secs(60),
                 stop: None,
+                deadline: None,
             },
         );
         assert_eq!(r.exit_code(), Some(0));

@@ -112,7 +112,12 @@ impl Loop<'_> {
         if let (Stop::Answer(_), Some(dc)) = (&stop, &self.spec.manifest.lifecycle.done_check) {
             if let Err((why, tail)) = self.done_check(dc) {
                 let used = self.counters.done_check_used;
-                if used < u64::from(dc.limit) && self.check_stop().is_none() {
+                if let Some(s) = self.check_stop() {
+                    // The deadline or a cancel cut the check (or came during it): the
+                    // task ends so, unverified.
+                    return self.task_end_hooks(s, reopenable);
+                }
+                if used < u64::from(dc.limit) {
                     self.counters.done_check_used += 1;
                     let left = u64::from(dc.limit) - used - 1;
                     let message = format!(
@@ -138,13 +143,7 @@ impl Loop<'_> {
     /// Runs `lifecycle.done_check` once. Errors: why it failed, and its output's tail.
     fn done_check(&mut self, dc: &DoneCheck) -> Result<(), (String, String)> {
         let argv = hooks::resolve(&dc.command, &self.spec.staged.workdir);
-        let mut timeout = Duration::from_secs(DONE_CHECK_TIMEOUT_SECS);
-        if let Some(d) = &self.deadline {
-            timeout = timeout.min(
-                d.instant
-                    .saturating_duration_since(std::time::Instant::now()),
-            );
-        }
+        let timeout = Duration::from_secs(DONE_CHECK_TIMEOUT_SECS);
         self.status("running lifecycle.done_check");
         let run = hooks::run(
             &self.hook_supervisor,
@@ -156,6 +155,7 @@ impl Loop<'_> {
                 env: vec![("MURMUR_TASK".into(), self.task_id.clone())],
                 timeout,
                 stop: Some(&self.shutdown),
+                deadline: self.deadline.as_ref().map(|d| d.instant),
             },
         );
         let shown = dc.command.join(" ");

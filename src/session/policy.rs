@@ -291,7 +291,8 @@ impl Loop<'_> {
         }
     }
 
-    /// Runs one hook with `stdin`; `cancelable`: the task's stop ends it early.
+    /// Runs one hook with `stdin`; `cancelable`: the task's stop and the session's
+    /// deadline end it early (an `on_task_end` hook runs to its own timeout).
     pub(super) fn run_hook(
         &self,
         h: &Hook,
@@ -314,6 +315,11 @@ impl Loop<'_> {
                 ],
                 timeout,
                 stop: cancelable.then_some(&self.shutdown),
+                deadline: self
+                    .deadline
+                    .as_ref()
+                    .filter(|_| cancelable)
+                    .map(|d| d.instant),
             },
         )
     }
