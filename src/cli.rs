@@ -64,13 +64,18 @@ pub enum Command {
     /// length) and CancelTask; a task's history is the client's message and the agent's
     /// earlier status messages. It keeps every unfinished task and the 1000 most recent
     /// finished ones within 64 MiB of history. A missing or wrong token is HTTP 401
-    /// with a JSON body saying which; a body that is not application/json is HTTP 415.
+    /// with a JSON body saying which, two Authorization headers HTTP 400; a body that
+    /// is not application/json is HTTP 415. A request naming a key twice (at any
+    /// depth) is -32600 naming it; a numeric id is echoed as sent; a ListTasks
+    /// pageToken is keyed (HMAC-SHA256, a random key per door start), so one this door
+    /// did not give out is -32602.
     ///
     /// Logs to stderr at info unless RUST_LOG says otherwise (target mur::door): one
     /// line per task when it is received, at each state change, and at its end with
     /// its state and duration; one line per refused request (401, 415, parse and other
     /// JSON-RPC errors) with the peer's address. No line holds the token or a task's
-    /// text.
+    /// text; values a client chose (a method, a Content-Type) are cut at 200
+    /// characters and escaped (\0, \n, \u{1b}), never stripped.
     ///
     /// $ MURMUR_DOOR_TOKEN=$(cat token) mur door examples/formation/critic --listen 0.0.0.0:7431
     Door(DoorArgs),
@@ -114,9 +119,10 @@ pub enum Command {
     ///
     /// One row per session found under $MURMUR_HOME/records: id, capsule, start (UTC),
     /// duration, status (session_end's exit_status; `running` while its mur runs;
-    /// `unfinished` when its mur ended without session_end), turns (model calls),
-    /// tokens (input plus output) and the records directory. Sessions run with
-    /// --records-dir outside $MURMUR_HOME are not listed (read them with mur trace DIR).
+    /// `unfinished` when its mur ended without session_end), turns (model calls
+    /// that answered; a failed model call is not a turn), tokens (input plus output)
+    /// and the records directory. Sessions run with --records-dir outside
+    /// $MURMUR_HOME are not listed (read them with mur trace DIR).
     ///
     /// $ mur sessions
     ///

@@ -1566,6 +1566,19 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     assert_eq!(post(addr, None, Some("1.0"), "{}").status, 401);
     let r = post(addr, Some(token), Some("1.0"), "{broken");
     assert_eq!(r.json()["error"]["code"], -32700);
+    // A method or a path the door does not serve.
+    assert_eq!(
+        raw(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        405
+    );
+    assert_eq!(
+        raw(
+            addr,
+            b"GET /v1/chat?k=secret HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .status,
+        404
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -1603,11 +1616,206 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     }
     assert_eq!(lines("HTTP 401, bearer token wrong"), 1, "{log}");
     assert_eq!(lines("HTTP 401, bearer token missing"), 1, "{log}");
-    assert_eq!(lines("refused a request from 127.0.0.1:"), 3, "{log}");
+    assert_eq!(lines("refused a request from 127.0.0.1:"), 5, "{log}");
+    assert_eq!(
+        lines(": HTTP 405 Method Not Allowed, GET / (allowed: POST)"),
+        1,
+        "{log}"
+    );
+    assert_eq!(lines(": HTTP 404 Not Found, GET /v1/chat"), 1, "{log}");
+    assert!(!log.contains("secret"), "no query string: {log}");
     assert_eq!(lines(" -32700 Invalid JSON: "), 1, "{log}");
     assert!(
         log.lines()
             .all(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR ")),
         "{log}"
     );
+}
+
+#[test]
+fn a_key_named_twice_is_an_invalid_request_naming_it_not_last_wins() {
+    let d = door();
+    let a = d.local_addr();
+    let call = |body: &str| {
+        let r = post(a, Some(TOKEN), Some("1.0"), body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    };
+    let v = call(
+        r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"ListTasks","params":{"id":"x"}}"#,
+    );
+    assert_error(&v, &json!(1), -32600, None);
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"method\" in the request object; a JSON-RPC request must name each key once");
+    let v = call(r#"{"jsonrpc":"2.0","id":"p","method":"GetTask","params":{"id":"x","id":"y"}}"#);
+    assert_error(&v, &json!("p"), -32600, None);
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"id\" in `params`; a JSON-RPC request must name each key once");
+    let v = call(
+        r#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"a","text":"b"}]}}}"#,
+    );
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"text\" in `params.message.parts[0]`; a JSON-RPC request must name each key once");
+    // The id itself doubled: which one to echo is not known, so null.
+    let v = call(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask","params":{"id":"x"}}"#);
+    assert_error(&v, &Value::Null, -32600, None);
+    // Two Authorization headers, even two right ones: 400, whichever came first.
+    let body = get_task("x").to_string();
+    for second in [TOKEN, "wrong"] {
+        let req = format!(
+            "POST / HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nAuthorization: Bearer {TOKEN}\r\nAuthorization: Bearer {second}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let r = raw(a, req.as_bytes());
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.body, "the request has 2 Authorization headers; send exactly one: Authorization: Bearer <token>\n");
+    }
+}
+
+#[test]
+fn a_numeric_id_and_a_number_out_of_range_are_written_as_sent() {
+    let d = door();
+    let a = d.local_addr();
+    for id in ["123456789012345678901234567890", "1e2", "-0", "12.50"] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"GetTask","params":{{"id":"x"}}}}"#);
+        let r = post(a, Some(TOKEN), Some("1.0"), &body);
+        assert!(
+            r.body.contains(&format!("\"id\":{id},")),
+            "{id}: {}",
+            r.body
+        );
+        assert_eq!(r.json()["error"]["code"], -32001, "{}", r.body);
+    }
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100000000000000000000}}"#,
+    );
+    assert_eq!(r.json()["error"]["data"][0]["metadata"]["parseError"], "Failed to parse pageSize field: expected an integer from 1 to 100, got 100000000000000000000", "{}", r.body);
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","history_length":1E+20}}"#,
+    );
+    assert_eq!(
+        r.json()["error"]["data"][0]["metadata"]["parseError"],
+        "Failed to parse historyLength field: expected a non-negative integer, got 1E+20",
+        "{}",
+        r.body
+    );
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"a"}]},"configuration":{"historyLength":-1.0e3}}}"#,
+    );
+    assert_eq!(
+        r.json()["error"]["data"][0]["metadata"]["parseError"],
+        "Failed to parse historyLength field: expected a non-negative integer, got -1.0e3",
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn a_page_token_this_door_did_not_give_out_is_refused() {
+    let d = door_with(Echo::new(0, 0), DoorLimits::default());
+    let a = d.local_addr();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let v = rpc(a, &send(&format!("t{i}"), false));
+        ids.push(v["result"]["task"]["id"].as_str().unwrap().to_string());
+    }
+    let page = list(a, json!({"pageSize": 1}));
+    let token = page["result"]["nextPageToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let next = list(a, json!({"pageSize": 1, "pageToken": token}));
+    assert!(next["result"]["tasks"][0]["id"].is_string(), "{next}");
+    // The token's readable part, rewritten to point elsewhere, or alone (the hex of
+    // `<timestamp> <task id>`, as tokens used to be): refused.
+    let (payload, tag) = token.split_once('.').expect("payload.tag");
+    let ts = "2099-01-01T00:00:00.000000Z";
+    let forged_payload: String = format!("{ts} {}", ids[0])
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for forged in [
+        payload.to_string(),
+        format!("{forged_payload}.{tag}"),
+        forged_payload.clone(),
+    ] {
+        let v = list(a, json!({"pageSize": 1, "pageToken": forged}));
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(
+            v["error"]["data"][0]["metadata"]["parseError"],
+            "Failed to parse pageToken field: not a nextPageToken this agent gave out",
+            "{v}"
+        );
+    }
+    // Another door's token is not this door's.
+    let other = door_with(Echo::new(0, 0), DoorLimits::default());
+    let v = list(
+        other.local_addr(),
+        json!({"pageSize": 1, "pageToken": token}),
+    );
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+}
+
+#[test]
+fn door_log_lines_show_client_values_escaped_never_stripped_or_split() {
+    let token = "door-secret-token-4711";
+    let c = support::Capsule::scripted(&[], "", "- text: \"answer\"\n");
+    let log_path = c.root.path().join("door.log");
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .trim_start_matches("door: http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let forged = "X\n[2026-12-01T09:00:00.000Z INFO  mur::door] task tsk_forged ended TASK_STATE_COMPLETED after 1.000s";
+    for method in ["Get\u{0}Task", forged] {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": "x"}});
+        let r = post(addr, Some(token), Some("1.0"), &body.to_string());
+        assert_eq!(r.json()["error"]["code"], -32601, "{}", r.body);
+    }
+    let ct = "POST / HTTP/1.1\r\nContent-Type: text/\x1b[31mred\r\nAuthorization: Bearer door-secret-token-4711\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+    assert_eq!(raw(addr, ct.as_bytes()).status, 415);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("refused Get\\0Task from 127.0.0.1:"), "{log}");
+    assert!(
+        log.contains(
+            "refused X\\n[2026-12-01T09:00:00.000Z INFO  mur::door] task tsk_forged ended"
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("[2026-12-01T09:00:00.000Z")),
+        "{log}"
+    );
+    assert!(log.contains("Content-Type 'text/\\u{1b}[31mred'"), "{log}");
+    assert!(!log.contains('\u{0}') && !log.contains('\u{1b}'), "{log}");
 }

@@ -34,7 +34,8 @@
 //! [`TaskHandler::list`] answers it -32004.
 //!
 //! Log lines (target `mur::door`, info): one per refused request (HTTP 4xx/5xx refusals
-//! other than 503, and every JSON-RPC error answer), naming the peer, never the token.
+//! other than 503, 404 and 405 with the method and path asked for, and every JSON-RPC
+//! error answer), naming the peer, never the token or a query string.
 //!
 //! The HTTP server is our own small blocking HTTP/1.1 server on `std::net` (see
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
