@@ -812,3 +812,31 @@ fn a_denied_end_without_answer_does_not_end_the_task() {
     assert_eq!(worker.one("task_end")["exit_status"], "completed");
     assert_eq!(run.member("lead").one("member_call")["status"], "completed");
 }
+
+#[test]
+fn mur_trace_knows_the_records_of_hooks_and_attempts() {
+    let c = Capsule::scripted(
+        &[],
+        "lifecycle:\n  keep_working: {limit: 1, message: more}\n  done_check: {command: [\"true\"], limit: 1}\nhooks:\n  on_tool_call:\n    - {command: [hooks/allow]}\n",
+        STATUS_THEN_ANSWER,
+    );
+    exe(
+        &c.dir,
+        "hooks/allow",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"decision\":\"allow\"}'\n",
+    );
+    let c = c.file("replies.yaml", "- tool_calls:\n    - {name: session-status, input: {}}\n- text: early\n- text: \"done\\n[done]\"\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let out = c
+        .mur()
+        .args(["trace", c.records.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for kind in ["policy_decision", "hook_run", "done_check", "keep_working"] {
+        assert!(text.contains(kind), "{kind} missing: {text}");
+    }
+    assert!(!text.contains("unknown record type"), "{text}");
+}
