@@ -1897,10 +1897,14 @@ fn member_output_is_cut_at_64_kib_on_a_char_boundary_in_the_continuation() {
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "completed");
     assert_eq!(mc["output"].as_str().unwrap(), head);
-    let text = lead.one("task_continued")["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    // The continuation is over the 64 KiB a record keeps of one string: the record
+    // holds its first 64 KiB, the file it names holds it whole.
+    let rec = lead.one("task_continued");
+    let cut = &rec["truncated"][0];
+    assert_eq!(cut["field"], "text", "{cut}");
+    let text = std::fs::read_to_string(lead.records.join(cut["file"].as_str().unwrap())).unwrap();
+    assert!(text.starts_with(rec["text"].as_str().unwrap()));
+    assert_eq!(rec["text"].as_str().unwrap().len(), 64 * 1024);
     assert_eq!(
         text,
         format!("[call-member] call {id} to worker ended completed:\n<untrusted-content source=member:worker>\n{head}\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")

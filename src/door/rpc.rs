@@ -51,6 +51,9 @@ pub(crate) struct App {
     token: String,
     handler: Arc<dyn TaskHandler>,
     url: String,
+    /// Bound to every address with no advertised URL: the card names the host the
+    /// request was sent to (its `Host` header) instead of `0.0.0.0`.
+    url_from_host: bool,
     send_wait: Duration,
     max_blocking: usize,
     blocking: AtomicUsize,
@@ -81,7 +84,11 @@ impl App {
         App {
             token,
             handler,
-            url: format!("http://{local}/"),
+            url: limits
+                .advertised_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{local}/")),
+            url_from_host: limits.advertised_url.is_none() && local.ip().is_unspecified(),
             send_wait: limits.send_wait,
             max_blocking: limits.max_blocking_sends.max(1),
             blocking: AtomicUsize::new(0),
@@ -93,8 +100,15 @@ impl App {
 
     fn card(&self, head: &Head) -> Response {
         let mut card = self.handler.card();
+        let url = match head
+            .header("host")
+            .filter(|h| self.url_from_host && plain_host(h))
+        {
+            Some(host) => format!("http://{host}/"),
+            None => self.url.clone(),
+        };
         card.supported_interfaces = vec![AgentInterface {
-            url: self.url.clone(),
+            url,
             protocol_binding: "JSONRPC".into(),
             protocol_version: PROTOCOL_VERSION.into(),
         }];
@@ -481,6 +495,10 @@ impl Service for App {
             return Some(r);
         }
         None
+    }
+
+    fn authorized(&self, head: &Head) -> bool {
+        self.authorize(head).is_ok()
     }
 
     fn too_large(&self, limit: usize) -> Response {
@@ -1125,6 +1143,15 @@ fn unpaired_surrogate(body: &[u8]) -> Option<(usize, u16)> {
 }
 
 /// Compares without stopping at the first difference (the length still shows).
+/// `true` for a `Host` header fit to build a URL from: `host[:port]` of letters,
+/// digits, `.`, `-`, `:`, `[`, `]` (IPv6), at most 255 bytes.
+fn plain_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;

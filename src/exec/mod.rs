@@ -49,7 +49,6 @@ pub mod output;
 pub mod procs;
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -368,7 +367,7 @@ impl Supervisor {
             path: log_path.clone(),
             source,
         };
-        let log = OpenOptions::new()
+        let log = crate::private::file_options()
             .create(true)
             .append(true)
             .open(&log_path)

@@ -188,10 +188,13 @@ pub(super) fn walk_yaml<T>(
             None
         }
         Ok((root, tree_errors)) => {
+            let refused = !tree_errors.is_empty();
             for e in tree_errors {
                 cx.err(e.pos, &e.path, e.message);
             }
             match root {
+                // Refused part way (over the value limit): that error says it all.
+                None if refused => None,
                 None => {
                     cx.err(Pos { line: 1, column: 1 }, "", empty);
                     None

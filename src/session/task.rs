@@ -119,7 +119,7 @@ impl Loop<'_> {
             (_, None, None) => status.to_string(),
         };
         let result_path = out_dir.join("result.txt");
-        if let Err(e) = std::fs::write(&result_path, &result_text) {
+        if let Err(e) = crate::private::write(&result_path, &result_text) {
             log::error!("cannot write {}: {e}", result_path.display());
         }
         let task = Some(self.task_id.as_str());
