@@ -302,7 +302,7 @@ impl Hooks {
 }
 
 /// One hook: a command run like a shell tool, JSON on stdin, one JSON object on stdout.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Hook {
     /// `command`: argv. A first word with `/` is relative to the capsule directory; a
     /// bare name is looked up on `PATH`.
