@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use mur::manifest::{
     parse_str, AfterTask, ArtifactRef, Capabilities, Control, Credential, DoneCheck, DriverChoice,
-    DriverKind, Exports, Inference, Install, KeepWorking, Lifecycle, Manifest, Prompt,
+    DriverKind, Exports, Hook, Hooks, Inference, Install, KeepWorking, Lifecycle, Manifest, Prompt,
     TaskAcceptance, Transport,
 };
 
@@ -72,6 +72,11 @@ lifecycle:
   keep_working: {limit: 2, message: keep going}
   done_check: {command: [cargo, test], limit: 3}
   max_task_reopens: 5
+hooks:
+  on_tool_call:
+    - {command: [hooks/policy, --strict], timeout_secs: 5}
+  on_task_end:
+    - command: [review]
 task_acceptance: queue
 after_task: sleep
 tools: [acme/lint@1.2.0]
@@ -183,6 +188,16 @@ fn full_manifest_parses_to_the_expected_struct() {
                 limit: 3,
             }),
             max_task_reopens: Some(5),
+        },
+        hooks: Hooks {
+            on_tool_call: vec![Hook {
+                command: vec!["hooks/policy".into(), "--strict".into()],
+                timeout_secs: Some(5),
+            }],
+            on_task_end: vec![Hook {
+                command: vec!["review".into()],
+                timeout_secs: None,
+            }],
         },
         task_acceptance: TaskAcceptance::Queue,
         after_task: Some(AfterTask::Sleep),
@@ -322,7 +337,7 @@ fn wrong_type_says_expected_and_found() {
         errors("name: a\ncapabilities: [shell]\nlifecycle: {max_task_reopens: many}\n"),
         [
             "murmur.yaml:2:15: capabilities: expected a mapping, found a list",
-            "murmur.yaml:3:31: lifecycle.max_task_reopens: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:3:31: lifecycle.max_task_reopens: expected a whole number, found string `many`",
         ]
     );
 }
@@ -531,18 +546,35 @@ fn second_document_is_refused() {
 #[test]
 fn a_reserved_key_says_it_is_not_provided_before_asking_for_its_fields() {
     assert_eq!(
-        errors("name: a\nlifecycle:\n  keep_working: {}\n  done_check: {limit: x}\n"),
+        errors("name: a\ninference:\n  compaction: {threshold: x}\n  max_turns: -1\n"),
         [
-            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
-            "murmur.yaml:4:15: lifecycle.done_check: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:3:3: inference: missing required key `choices`",
+            "murmur.yaml:3:3: inference: missing required key `driver`",
+            "murmur.yaml:3:27: inference.compaction: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:4:14: inference.max_turns: must not be negative, found `-1`",
         ]
     );
-    // Other errors around it are still reported.
+}
+
+#[test]
+fn lifecycle_and_hooks_keys_are_checked_field_by_field() {
     assert_eq!(
-        errors("name: a\nlifecycle:\n  keep_working: {}\n  shell_grace_secs: -1\n"),
+        errors("name: a\nlifecycle:\n  keep_working: {}\n  done_check: {limit: x}\n"),
         [
-            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
-            "murmur.yaml:4:21: lifecycle.shell_grace_secs: must not be negative, found `-1`",
+            "murmur.yaml:3:17: lifecycle.keep_working: missing required key `limit`",
+            "murmur.yaml:3:17: lifecycle.keep_working: missing required key `message`",
+            "murmur.yaml:4:15: lifecycle.done_check: missing required key `command`",
+            "murmur.yaml:4:23: lifecycle.done_check.limit: expected a whole number, found string `x`",
+        ]
+    );
+    assert_eq!(
+        errors("name: a\nhooks:\n  on_tool_call:\n    - {command: policy, timeout_secs: 0}\n    - {comand: [x]}\n  on_task_ends: []\n"),
+        [
+            "murmur.yaml:4:17: hooks.on_tool_call[0].command: expected a list of words (argv), found string `policy`; write e.g. `command: [cargo, test]`",
+            "murmur.yaml:4:39: hooks.on_tool_call[0].timeout_secs: must be at least 1; leave the key out for the default of 30 seconds",
+            "murmur.yaml:5:7: hooks.on_tool_call[1]: missing required key `command`",
+            "murmur.yaml:5:8: hooks.on_tool_call[1]: unknown key `comand` (did you mean `command`?)",
+            "murmur.yaml:6:3: hooks: unknown key `on_task_ends` (did you mean `on_task_end`?)",
         ]
     );
 }

@@ -92,14 +92,18 @@ fn the_workdir_default_does_not_read_like_the_parent_directory() {
 
 #[test]
 fn a_reserved_key_is_refused_for_what_it_is_first() {
-    let c = Capsule::scripted(&[], "lifecycle:\n  keep_working: {}\n", "- text: hi\n");
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    let m = std::fs::read_to_string(c.dir.join("murmur.yaml"))
+        .unwrap()
+        .replace("inference:\n", "inference:\n  compaction: {threshold: x}\n");
+    let c = c.manifest(&m);
     let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let m = c.dir.join("murmur.yaml");
     assert_eq!(
         text(&out.stderr),
         format!(
-            "mur: 1 error(s) in {m}\n{m}:8:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule\n",
+            "mur: 1 error(s) in {m}\n{m}:4:27: inference.compaction: not provided by this build of mur (it would be silently ignored); remove it to run this capsule\n",
             m = m.display()
         )
     );

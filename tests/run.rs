@@ -988,30 +988,6 @@ fn the_runtime_directory_is_removed_when_mur_run_ends() {
 
 #[test]
 fn keys_this_build_does_not_provide_are_refused_not_ignored() {
-    for (extra, key) in [
-        (
-            "lifecycle:\n  done_check: {command: [\"false\"], limit: 1}\n",
-            "lifecycle.done_check",
-        ),
-        (
-            "lifecycle:\n  keep_working: {limit: 2, message: go on}\n",
-            "lifecycle.keep_working",
-        ),
-        (
-            "lifecycle:\n  max_task_reopens: 2\n",
-            "lifecycle.max_task_reopens",
-        ),
-    ] {
-        let c = Capsule::scripted(&[], extra, "- text: hi\n");
-        let run = c.run("t", &[]);
-        assert_eq!(run.code(), 2, "{key}: {}", run.dump());
-        assert!(
-            run.stderr()
-                .contains(&format!("{key} is not provided by this build of mur")),
-            "{}",
-            run.stderr()
-        );
-    }
     let c = Capsule::scripted(&[], "", "- text: hi\n");
     let m = std::fs::read_to_string(c.dir.join("murmur.yaml"))
         .unwrap()

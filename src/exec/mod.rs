@@ -230,6 +230,14 @@ impl Running {
         self.exit()
     }
 
+    /// Sends SIGKILL to what is left of the process group once the leader has exited
+    /// (a hook's or a check's leftovers: a grandchild that stayed in the group).
+    pub fn kill_leftovers(&self) {
+        if self.exit().is_some() {
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+
     /// Marks the stop and sends SIGTERM; false when the leader already exited.
     fn begin_stop(&self) -> bool {
         {
@@ -242,6 +250,17 @@ impl Running {
         self.signal_group(Signal::SIGTERM);
         true
     }
+}
+
+/// What [`Supervisor::spawn_with`] gives a command instead of the defaults.
+#[derive(Debug, Default)]
+pub struct Io {
+    /// stdin, instead of `/dev/null`.
+    pub stdin: Option<std::fs::File>,
+    /// stdout, instead of the command's log.
+    pub stdout: Option<std::fs::File>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 /// Errors starting a command.
@@ -323,6 +342,21 @@ impl Supervisor {
         cwd: &Path,
         logs_dir: &Path,
     ) -> Result<Arc<Running>, SpawnError> {
+        self.spawn_with(argv, cwd, logs_dir, Io::default())
+    }
+
+    /// [`Supervisor::spawn`] with `io`: stdin read from a file instead of `/dev/null`,
+    /// stdout written to a file instead of the log (stderr still goes to the log), and
+    /// extra environment variables. Hooks and `lifecycle.done_check` run so.
+    ///
+    /// Errors: as [`Supervisor::spawn`].
+    pub fn spawn_with(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        logs_dir: &Path,
+        io: Io,
+    ) -> Result<Arc<Running>, SpawnError> {
         let Some(binary) = argv.first() else {
             return Err(SpawnError::Empty);
         };
@@ -342,9 +376,10 @@ impl Supervisor {
         cmd.args(&argv[1..])
             .current_dir(cwd)
             .env("MURMUR_WORK_ID", &work_id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
+            .stdin(io.stdin.map_or_else(Stdio::null, Stdio::from))
+            .stdout(io.stdout.map_or_else(|| Stdio::from(log), Stdio::from))
             .stderr(Stdio::from(log2))
+            .envs(io.env)
             .process_group(0);
         if let Some(s) = &self.session {
             cmd.env("MURMUR_SESSION", s);
@@ -403,6 +438,17 @@ impl Supervisor {
         });
         self.commands.lock().insert(work_id, running.clone());
         Ok(running)
+    }
+
+    /// Forgets a command whose group is gone (a hook run that ended): it is no longer
+    /// listed, stopped or swept. A command still running is kept.
+    pub fn forget(&self, work_id: &str) {
+        let mut c = self.commands.lock();
+        if c.get(work_id)
+            .is_some_and(|r| r.exit().is_some() && !r.group_alive())
+        {
+            c.remove(work_id);
+        }
     }
 
     /// The command with this work id, if this supervisor started it.

@@ -35,6 +35,10 @@ pub const KNOWN_TYPES: &[&str] = &[
     "control_applied",
     "artifact_pulled",
     "tools_refreshed",
+    "policy_decision",
+    "hook_run",
+    "done_check",
+    "keep_working",
 ];
 
 /// Lines of a tool result (or a member's answer) shown without `--full`.

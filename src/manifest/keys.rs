@@ -17,6 +17,7 @@ pub const ROOT: &[&str] = &[
     "exports",
     "control",
     "lifecycle",
+    "hooks",
     "task_acceptance",
     "after_task",
     "tools",
@@ -95,6 +96,12 @@ pub const KEEP_WORKING: &[&str] = &["limit", "message"];
 /// `lifecycle.done_check`.
 pub const DONE_CHECK: &[&str] = &["command", "limit"];
 
+/// `hooks`.
+pub const HOOKS: &[&str] = &["on_tool_call", "on_task_end"];
+
+/// One hook of `hooks.on_tool_call` or `hooks.on_task_end`.
+pub const HOOK: &[&str] = &["command", "timeout_secs"];
+
 /// Values of `control.agent_settings`: the settings an agent may be allowed to change.
 pub const AGENT_SETTINGS: &[&str] = &["inference.driver"];
 
@@ -121,6 +128,7 @@ pub const LEVELS: &[(&str, &[&str])] = &[
     ("lifecycle", LIFECYCLE),
     ("lifecycle.keep_working", KEEP_WORKING),
     ("lifecycle.done_check", DONE_CHECK),
+    ("hooks", HOOKS),
 ];
 
 /// The levels other than `here` where `key` is a known key, for a hint such as

@@ -8,6 +8,7 @@ mod flow;
 pub mod keys;
 pub mod parse;
 pub mod replies;
+pub mod reserved;
 pub mod roster;
 mod sections;
 mod suggest;

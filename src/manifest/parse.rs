@@ -134,15 +134,9 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
     }
 }
 
-/// Keys the parser knows that this build does not provide: staging refuses a capsule
-/// that sets one (see `staging::inventory_for`), and a problem inside one's value is
-/// reported as that refusal, never as the problem (see `not_provided_first`).
-pub const NOT_PROVIDED: &[&str] = &[
-    "lifecycle.done_check",
-    "lifecycle.keep_working",
-    "lifecycle.max_task_reopens",
-    "inference.compaction",
-];
+/// Keys the parser knows (their types are checked) that this build does not provide:
+/// staging refuses a capsule that sets one (see `staging::inventory_for`).
+pub const NOT_PROVIDED: &[&str] = &["inference.compaction"];
 
 /// The message for a key of [`NOT_PROVIDED`] whose value has problems.
 pub const NOT_PROVIDED_MESSAGE: &str =

@@ -8,8 +8,8 @@ use super::keys;
 use super::suggest;
 use super::types::{
     AfterTask, ArtifactRef, Capabilities, Control, Credential, DoneCheck, DriverChoice, DriverKind,
-    Exports, Inference, Install, KeepWorking, Lifecycle, Manifest, Prompt, TaskAcceptance,
-    Transport,
+    Exports, Hook, Hooks, Inference, Install, KeepWorking, Lifecycle, Manifest, Prompt,
+    TaskAcceptance, Transport,
 };
 use super::walk::{describe, join, Cx, Field};
 use super::yaml::{Kind, Node, Value};
@@ -116,6 +116,7 @@ pub(super) fn manifest(cx: &mut Cx, root: &Node) -> Option<Manifest> {
     let lifecycle = o
         .opt(cx, "lifecycle", |cx, f| lifecycle(cx, f))
         .unwrap_or_default();
+    let hooks = o.opt(cx, "hooks", |cx, f| hooks(cx, f)).unwrap_or_default();
     let task_acceptance = o
         .opt(cx, "task_acceptance", |cx, f| {
             f.one_of(
@@ -173,6 +174,7 @@ pub(super) fn manifest(cx: &mut Cx, root: &Node) -> Option<Manifest> {
         exports,
         control,
         lifecycle,
+        hooks,
         task_acceptance,
         after_task,
         tools,
@@ -474,7 +476,7 @@ fn capabilities(cx: &mut Cx, f: Field) -> Option<Capabilities> {
                     );
                     return None;
                 }
-                if crate::tools::RESERVED.contains(&s.as_str()) {
+                if super::reserved::RESERVED.contains(&s.as_str()) {
                     cx.err(
                         item.node.pos,
                         item.path,
@@ -613,29 +615,7 @@ fn lifecycle(cx: &mut Cx, f: Field) -> Option<Lifecycle> {
     });
     let done_check = l.opt(cx, "done_check", |cx, f| {
         let d = f.obj(cx, keys::DONE_CHECK)?;
-        let command = d.req(cx, "command", |cx, f| {
-            if let Value::Scalar(_) = f.node.value {
-                cx.err(
-                    f.node.pos,
-                    f.path,
-                    format!(
-                        "expected a list of words (argv), found {}; write e.g. `command: [cargo, test]`",
-                        describe(f.node)
-                    ),
-                );
-                return None;
-            }
-            let argv: Vec<String> = f
-                .list(cx)?
-                .into_iter()
-                .filter_map(|(node, path)| Field { node, path: &path }.str(cx))
-                .collect();
-            if matches!(&f.node.value, Value::Seq(s) if s.is_empty()) {
-                cx.err(f.node.pos, f.path, "must name a command to run");
-                return None;
-            }
-            Some(argv)
-        });
+        let command = d.req(cx, "command", argv);
         let limit = d.req(cx, "limit", |cx, f| f.u32(cx));
         d.finish();
         Some(DoneCheck {
@@ -652,6 +632,63 @@ fn lifecycle(cx: &mut Cx, f: Field) -> Option<Lifecycle> {
         keep_working,
         done_check,
         max_task_reopens,
+    })
+}
+
+/// An argv: a non-empty list of strings (`command: [cargo, test]`).
+fn argv(cx: &mut Cx, f: Field) -> Option<Vec<String>> {
+    if let Value::Scalar(_) = f.node.value {
+        cx.err(
+            f.node.pos,
+            f.path,
+            format!(
+                "expected a list of words (argv), found {}; write e.g. `command: [cargo, test]`",
+                describe(f.node)
+            ),
+        );
+        return None;
+    }
+    let argv: Vec<String> = f
+        .list(cx)?
+        .into_iter()
+        .filter_map(|(node, path)| Field { node, path: &path }.str(cx))
+        .collect();
+    if matches!(&f.node.value, Value::Seq(s) if s.is_empty()) {
+        cx.err(f.node.pos, f.path, "must name a command to run");
+        return None;
+    }
+    Some(argv)
+}
+
+/// `hooks`.
+fn hooks(cx: &mut Cx, f: Field) -> Option<Hooks> {
+    let h = f.obj(cx, keys::HOOKS)?;
+    let on_tool_call = h
+        .opt(cx, "on_tool_call", |cx, f| Some(f.list_of(cx, hook)))
+        .unwrap_or_default();
+    let on_task_end = h
+        .opt(cx, "on_task_end", |cx, f| Some(f.list_of(cx, hook)))
+        .unwrap_or_default();
+    h.finish();
+    Some(Hooks {
+        on_tool_call,
+        on_task_end,
+    })
+}
+
+/// One hook: `{command: [argv…], timeout_secs: N}`.
+fn hook(cx: &mut Cx, f: Field) -> Option<Hook> {
+    let h = f.obj(cx, keys::HOOK)?;
+    let command = h.req(cx, "command", argv);
+    let timeout_secs = h.opt_positive(
+        cx,
+        "timeout_secs",
+        "leave the key out for the default of 30 seconds",
+    );
+    h.finish();
+    Some(Hook {
+        command: command?,
+        timeout_secs,
     })
 }
 

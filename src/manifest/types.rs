@@ -62,11 +62,15 @@
 //! | `lifecycle.shell_grace_secs` | integer ≥ 1 | none | seconds | commands never move to the background (no background-command); 0 is an error |
 //! | `lifecycle.deadline_notice_secs` | integer | 300, or a tenth of the deadline when shorter, at least 1 | seconds | the default; `0`: no notice |
 //! | `lifecycle.delegation_deadline_secs` | integer ≥ 1 | `MURMUR_DELEGATION_TIMEOUT_SECS` or 600 | seconds | the default; 0 is an error |
-//! | `lifecycle.keep_working.limit` | integer, required | — | messages per task | `0`: never sent |
+//! | `lifecycle.keep_working.limit` | integer, required | — | messages per task, across reopens | `0`: never sent |
 //! | `lifecycle.keep_working.message` | non-empty string, required | — | — | — |
-//! | `lifecycle.done_check.command` | non-empty list of strings (argv), required | — | — | — |
-//! | `lifecycle.done_check.limit` | integer, required | — | reopens per task | `0`: never reopens |
-//! | `lifecycle.max_task_reopens` | integer | `3` | reopens per task | 3; `0`: no reopen |
+//! | `lifecycle.done_check.command` | non-empty list of strings (argv), required; a bare name must be on `PATH` at staging, a path is relative to the workdir | — | — | — |
+//! | `lifecycle.done_check.limit` | integer, required | — | reopens per task | `0`: the first failed check fails the task |
+//! | `lifecycle.max_task_reopens` | integer | `3` | `on_task_end` reopens per task | 3; `0`: no reopen |
+//! | `hooks.on_tool_call` | list of hooks | `[]` | — | every call is allowed; no `policy_decision` record |
+//! | `hooks.on_task_end` | list of hooks | `[]` | — | a task ends as its attempt ended |
+//! | `hooks.*[i].command` | non-empty list of strings (argv), required; a name with `/` is relative to the capsule, a bare name must be on `PATH` at staging | — | — | — |
+//! | `hooks.*[i].timeout_secs` | integer ≥ 1 | `30` | seconds | 30 s; 0 is an error |
 //! | `task_acceptance` | `reject` \| `queue` | `reject` | — | a busy session refuses new tasks; with `queue` and `after_task: sleep`, background commands outlive their task and an exit no tool result returned arrives as a completion task |
 //! | `after_task` | `sleep` \| `exit` | the launcher's (`exit` for `mur run`, `sleep` for a door) | — | the launcher's default |
 //! | `tools` | list of `scope/name[@version]` (distinct) | `[]` | — | no tool artifacts |
@@ -100,6 +104,8 @@ pub struct Manifest {
     pub control: Control,
     /// `lifecycle`: clocks and limits of tasks and commands.
     pub lifecycle: Lifecycle,
+    /// `hooks`: policy and task-end commands.
+    pub hooks: Hooks,
     /// `task_acceptance`: what a busy session does with a new task (default `reject`).
     pub task_acceptance: TaskAcceptance,
     /// `after_task`: what the session does when a task ends; `None` means the
@@ -278,6 +284,38 @@ pub struct Lifecycle {
     /// `lifecycle.max_task_reopens`: the cap on reopens of one task (default 3).
     pub max_task_reopens: Option<u32>,
 }
+
+/// `hooks`: commands the runtime runs at a call's decision point and at a task's end.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hooks {
+    /// `hooks.on_tool_call`: asked, in order, whether each tool call may run.
+    pub on_tool_call: Vec<Hook>,
+    /// `hooks.on_task_end`: told, in order, how each attempt of a task ended.
+    pub on_task_end: Vec<Hook>,
+}
+
+impl Hooks {
+    /// Whether any hook is declared.
+    pub fn any(&self) -> bool {
+        !self.on_tool_call.is_empty() || !self.on_task_end.is_empty()
+    }
+}
+
+/// One hook: a command run like a shell tool, JSON on stdin, one JSON object on stdout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Hook {
+    /// `command`: argv. A first word with `/` is relative to the capsule directory; a
+    /// bare name is looked up on `PATH`.
+    pub command: Vec<String>,
+    /// `timeout_secs`: how long one run may take (default [`DEFAULT_HOOK_TIMEOUT_SECS`]).
+    pub timeout_secs: Option<u64>,
+}
+
+/// How long one hook run may take when `timeout_secs` is not given: 30 seconds.
+pub const DEFAULT_HOOK_TIMEOUT_SECS: u64 = 30;
+
+/// `lifecycle.max_task_reopens` when not given: 3.
+pub const DEFAULT_MAX_TASK_REOPENS: u32 = 3;
 
 /// `lifecycle.keep_working`.
 #[derive(Debug, Clone, PartialEq)]

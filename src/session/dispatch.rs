@@ -1,5 +1,6 @@
-//! Answering one tool call of a turn: the deadline notice, the `tool_call` record, and
-//! the match over the tool's kind.
+//! Answering one tool call of a turn: the tool looked up in the inventory, the
+//! decision point ([`super::policy`]), the tool run through the registry
+//! ([`crate::tools::registry`]), the deadline notice, and the `tool_call` record.
 
 use std::time::Instant;
 
@@ -7,10 +8,10 @@ use serde_json::Value;
 
 use crate::fields;
 use crate::inference::{Arguments, ToolCall};
-use crate::staging;
-use crate::tools::{self, shell, ToolKind, ToolResult};
+use crate::tools::{self, ToolResult};
 
-use super::{status, Loop};
+use super::policy::{CallOrigin, Decision};
+use super::Loop;
 
 impl Loop<'_> {
     /// Answers one tool call and returns the full text the model is given, and whether
@@ -24,7 +25,7 @@ impl Loop<'_> {
     ) -> (String, bool) {
         let started = Instant::now();
         self.progress.set(turn, format!("running {}", call.name));
-        let mut result = self.answer(call);
+        let mut result = self.answer(call, &CallOrigin::Model);
         if !result.refused {
             if let Some(d) = self.deadline.as_mut().filter(|d| !d.passed()) {
                 if let Some((line, left)) = d.take_notice() {
@@ -56,10 +57,15 @@ impl Loop<'_> {
         (content, result.status == tools::Status::Failed)
     }
 
-    fn answer(&mut self, call: &ToolCall) -> ToolResult {
-        let inventory = &self.spec.staged.inventory;
+    /// Looks the call's tool up in the inventory, passes it through the decision point
+    /// ([`Loop::decide`]), then runs it through the registry; writes the records the
+    /// tool answers with. A call naming no tool of the inventory, or whose arguments
+    /// are not JSON, is refused before the decision point: nothing could run.
+    fn answer(&mut self, call: &ToolCall, origin: &CallOrigin) -> ToolResult {
+        let spec = self.spec;
+        let inventory = &spec.staged.inventory;
         let Some(entry) = inventory.iter().find(|t| t.name == call.name) else {
-            return ToolResult::refused(staging::absent_tool_message(&call.name, inventory));
+            return ToolResult::refused(tools::absent_tool_message(&call.name, inventory));
         };
         let input = match &call.arguments {
             Arguments::Json(v) => v.clone(),
@@ -71,93 +77,21 @@ impl Loop<'_> {
                 ))
             }
         };
-        match &entry.kind {
-            ToolKind::Shell { binary } => {
-                if !self
-                    .spec
-                    .manifest
-                    .capabilities
-                    .shell_allow
-                    .iter()
-                    .any(|b| b == binary)
-                {
-                    return ToolResult::refused(format!(
-                        "`{binary}` is not in capabilities.shell.allow"
-                    ));
-                }
-                let args = match shell::parse_args(binary, &input) {
-                    Ok(a) => a,
-                    Err(e) => return ToolResult::refused(e),
-                };
-                let ctx = shell::ShellContext {
-                    workdir: &self.spec.staged.workdir,
-                    logs_dir: &self.logs_dir,
-                    supervisor: &self.supervisor,
-                    deadline: self.deadline.as_ref().map(|d| d.instant),
-                    shutdown: &self.shutdown,
-                    grace: self
-                        .spec
-                        .manifest
-                        .lifecycle
-                        .shell_grace_secs
-                        .map(std::time::Duration::from_secs),
-                };
-                shell::call(&ctx, binary, args).0
-            }
-            ToolKind::BackgroundCommand => {
-                let ctx = tools::background::Context {
-                    supervisor: &self.supervisor,
-                    deadline: self.deadline.as_ref().map(|d| d.instant),
-                    shutdown: &self.shutdown,
-                };
-                match tools::background::call(&ctx, &input) {
-                    Ok(a) => {
-                        if a.cut.is_some() {
-                            self.phase = Some("background_wait");
-                        }
-                        self.trace
-                            .record(Some(&self.task_id), "background_command", a.record);
-                        a.result
-                    }
-                    Err(message) => ToolResult::refused(message),
-                }
-            }
-            ToolKind::CallMember => self.call_member(&input),
-            ToolKind::EndWithoutAnswer => self.end_without_answer(&input),
-            ToolKind::SessionStatus => {
-                match &input {
-                    Value::Object(m) => {
-                        if let Some(k) = m.keys().next() {
-                            return ToolResult::refused(format!(
-                                "session-status takes no input; unknown key `{k}`"
-                            ));
-                        }
-                    }
-                    Value::Null => {}
-                    other => {
-                        return ToolResult::refused(format!(
-                            "session-status takes no input: send {{}}, not {}",
-                            tools::json_type(other)
-                        ))
-                    }
-                }
-                let inf = self.spec.manifest.inference.as_ref();
-                let st = status::measure(&status::Inputs {
-                    manifest: &self.spec.manifest,
-                    choice: inf.and_then(|i| i.choice(&self.spec.choice)),
-                    session_start: self.session_start,
-                    task_start: self.task_start,
-                    deadline: self.deadline.as_ref(),
-                    counters: &self.counters,
-                });
-                self.trace.record(
-                    Some(&self.task_id),
-                    "session_status",
-                    fields! {"status" => st},
-                );
-                tools::session_status::result(&st)
-            }
+        // The decision point: nothing runs a tool around it.
+        if let Decision::Deny { message } = self.decide(origin, &call.name, &call.id, &input) {
+            let mut r = ToolResult::refused(message);
+            r.record
+                .insert("policy".into(), Value::String("deny".into()));
+            return r;
         }
+        let answer = entry.kind.tool().call(self, entry, &input);
+        for (kind, fields) in answer.records {
+            self.trace.record(Some(&self.task_id), kind, fields);
+        }
+        if answer.phase.is_some() {
+            self.phase = answer.phase;
+        }
+        answer.result
     }
 }
 

@@ -27,6 +27,8 @@ impl Loop<'_> {
     }
 
     /// One inference call, on its own thread so the deadline and a shutdown can cut it.
+    /// `hook`: the hook that asked for it (a hook's run-inference), named in its
+    /// `inference` record, with the system prompt it gave (else the capsule's).
     pub(super) fn infer(
         &mut self,
         driver: &Arc<Mutex<Box<dyn Driver>>>,
@@ -34,10 +36,14 @@ impl Loop<'_> {
         messages: &[Message],
         tools: &[ToolSpec],
         turn: u64,
+        hook: Option<(&str, Option<&str>)>,
     ) -> Result<Response, Stop> {
         let (tx, rx) = bounded(1);
         let d = driver.clone();
-        let system = self.spec.system_prompt.clone();
+        let system = match hook.and_then(|(_, s)| s) {
+            Some(s) => s.to_string(),
+            None => self.spec.system_prompt.clone(),
+        };
         let msgs = messages.to_vec();
         let tl = tools.to_vec();
         let cap = choice.max_output_tokens;
@@ -90,10 +96,7 @@ impl Loop<'_> {
             Ok(resp) => {
                 self.counters.add_usage(&resp.usage, resp.output_cap);
                 let u = resp.usage;
-                self.trace.record(
-                    Some(&self.task_id),
-                    "inference",
-                    fields! {
+                let mut f = fields! {
                         "turn" => turn,
                         "choice" => self.spec.choice,
                         "driver" => format!("{kind:?}").to_lowercase(),
@@ -107,8 +110,11 @@ impl Loop<'_> {
                         "finish_reason" => resp.finish_reason,
                         "text" => resp.text,
                         "tool_calls" => resp.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name, "input": c.arguments.to_record()})).collect::<Vec<_>>(),
-                    },
-                );
+                };
+                if let Some((h, _)) = hook {
+                    f.insert("hook".into(), json!(h));
+                }
+                self.trace.record(Some(&self.task_id), "inference", f);
                 Ok(resp)
             }
             Err(e) => {

@@ -4,6 +4,20 @@
 //! member calls and the continuation that delivers their answers, the deadline, the
 //! ceilings and every record of the session.
 //!
+//! - [`board`]: the session's tasks: what its door answers (`SendMessage`, `GetTask`,
+//!   `CancelTask`), busy refusals, queueing, the no-answer metadata.
+//! - [`link`], [`call`], [`continuation`] and `outstanding`: the task's outstanding
+//!   work (member calls today, delegations next), one poller per call, and the one
+//!   message a waiting task continues with.
+//! - [`policy`]: the decision point every tool call passes (`hooks.on_tool_call`);
+//!   `hooks` runs a hook or a check; `lifecycle`: a task's attempts (keep_working,
+//!   done_check, `hooks.on_task_end` and reopens).
+//! - `dispatch` looks a call's tool up and runs it through [`crate::tools::registry`];
+//!   `port` is the [`crate::tools::Session`] a tool sees.
+//!
+//! This floor imports nothing from [`crate::formation`] (scripts/check-layers.sh): a
+//! member's callees arrive as [`link::Link`] trait objects in its [`MemberRole`].
+//!
 //! # Completion tasks
 //!
 //! Under `task_acceptance: queue` with `after_task: sleep`, a background command
@@ -17,14 +31,24 @@
 //! session's end) yields none. Under any other combination every command still
 //! running is stopped when its task ends.
 
-mod calls;
+pub mod board;
+pub mod call;
+pub mod continuation;
 pub mod deadline;
 mod dispatch;
+mod hooks;
 mod infer;
+mod lifecycle;
+pub mod link;
+mod outstanding;
+pub mod policy;
+mod port;
 #[cfg(test)]
 mod refusal_tests;
 pub mod status;
 mod task;
+
+pub use outstanding::{CallStatus, EndedCall};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,21 +62,20 @@ use crate::exec::procs::SweepScope;
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
-use crate::formation::board::{Board, Final, Incoming, Origin};
-use crate::formation::link::{Link, State};
 use crate::inference::{self, Driver, DriverError};
 use crate::manifest::{AfterTask, DriverChoice, DriverKind, Manifest, TaskAcceptance};
 use crate::progress::Progress;
 use crate::records::Trace;
 use crate::signals::Shutdown;
 use crate::staging::Staged;
+use board::{Board, Final, Incoming, Origin};
+use link::{Link, State};
 
-use calls::Calls;
 use deadline::Deadline;
+use outstanding::Calls;
 use status::Counters;
 
-/// The default system prompt when the capsule gives none.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are an agent run by mur. Use the tools you are given to do the task, then answer it in text without calling a tool.";
+pub use crate::staging::DEFAULT_SYSTEM_PROMPT;
 
 /// Everything a session needs, validated.
 pub struct SessionSpec {
@@ -81,7 +104,7 @@ pub struct MemberRole {
     pub callees: Vec<(String, Arc<dyn Link>)>,
     /// Every roster member's name (filters `noAnswerBelow`).
     pub roster: Arc<Vec<String>>,
-    /// The bound of one call ([`crate::formation::delegation_deadline`]).
+    /// The bound of one call (`lifecycle.delegation_deadline_secs`, else `MURMUR_DELEGATION_TIMEOUT_SECS`, else 600 s).
     pub call_deadline: Duration,
 }
 
@@ -185,6 +208,13 @@ struct Loop<'a> {
     completions: bool,
     /// Each command's starting task and that task's origin, by work id.
     owners: HashMap<String, (String, Origin)>,
+    /// Runs hooks and `lifecycle.done_check`: their processes are no shell command of
+    /// the task (no work id the model sees, no `runningCommands`).
+    hook_supervisor: Supervisor,
+    /// The running task's attempt, from 1.
+    attempt: u32,
+    /// Reopens of the running task by its `on_task_end` hooks.
+    reopens: u32,
 }
 
 /// Why the loop stopped.
@@ -320,6 +350,9 @@ pub fn serve(
         completions: after_task == AfterTask::Sleep
             && spec.manifest.task_acceptance == TaskAcceptance::Queue,
         owners: HashMap::new(),
+        hook_supervisor: Supervisor::for_session(&spec.staged.session_id),
+        attempt: 1,
+        reopens: 0,
     };
     let exits = lp.supervisor.events().clone();
     let mut outcomes: Vec<Outcome> = Vec::new();
@@ -382,6 +415,7 @@ pub fn serve(
     // Commands that outlived their task (completion tasks on) are stopped now, and
     // what left their groups is killed; none of them becomes a completion task.
     let stopped = lp.supervisor.stop_all();
+    lp.hook_supervisor.stop_all();
     // The last session in the process (mur run, mur door) kills every descendant left;
     // a formation member only its own, and the formation's end the rest.
     let scope = if spec.member.is_none() {

@@ -3,8 +3,8 @@
 //! first inference), and end-without-answer is in the inventory only of a member with
 //! a callee. These drive [`Loop`] directly with the state each refusal checks for.
 
+use super::link::LocalLink;
 use super::*;
-use crate::formation::link::LocalLink;
 use crate::staging;
 use crate::tools::ToolResult;
 use serde_json::json;
@@ -68,6 +68,9 @@ fn between_tasks(member: Option<MemberRole>, f: impl FnOnce(&mut Loop)) {
         calls: Calls::new(),
         completions: false,
         owners: HashMap::new(),
+        hook_supervisor: Supervisor::for_session(&spec.staged.session_id),
+        attempt: 1,
+        reopens: 0,
     };
     f(&mut lp);
 }
@@ -91,6 +94,27 @@ fn role(callees: &[&str]) -> MemberRole {
     }
 }
 
+/// Calls a tool the way dispatch does once the call passed the decision point.
+fn run_tool(
+    lp: &mut Loop,
+    entry: crate::tools::ToolEntry,
+    input: &serde_json::Value,
+) -> ToolResult {
+    entry.kind.tool().call(lp, &entry, input).result
+}
+
+fn call_member(lp: &mut Loop, input: &serde_json::Value) -> ToolResult {
+    run_tool(
+        lp,
+        crate::tools::call_member::entry(&["worker".into()]),
+        input,
+    )
+}
+
+fn end_without_answer(lp: &mut Loop, input: &serde_json::Value) -> ToolResult {
+    run_tool(lp, crate::tools::end_without_answer::entry(), input)
+}
+
 fn refusal(r: ToolResult) -> String {
     assert!(r.refused, "{r:?}");
     r.render("x")
@@ -103,7 +127,7 @@ fn refusal(r: ToolResult) -> String {
 #[test]
 fn call_member_made_while_no_task_is_running_is_refused() {
     between_tasks(Some(role(&["worker"])), |lp| {
-        let r = lp.call_member(&json!({"member": "worker", "task": "hi"}));
+        let r = call_member(lp, &json!({"member": "worker", "task": "hi"}));
         assert_eq!(
             refusal(r),
             "'call-member' is answered only while a task runs; this session is running none"
@@ -118,14 +142,14 @@ fn end_without_answer_in_a_session_that_is_no_member_with_a_callee_is_refused() 
     between_tasks(None, |lp| {
         lp.task_start = Some(Instant::now());
         assert_eq!(
-            refusal(lp.end_without_answer(&json!({"reason": "r"}))),
+            refusal(end_without_answer(lp, &json!({"reason": "r"}))),
             want
         );
     });
     between_tasks(Some(role(&[])), |lp| {
         lp.task_start = Some(Instant::now());
         assert_eq!(
-            refusal(lp.end_without_answer(&json!({"reason": "r"}))),
+            refusal(end_without_answer(lp, &json!({"reason": "r"}))),
             want
         );
     });
@@ -134,7 +158,7 @@ fn end_without_answer_in_a_session_that_is_no_member_with_a_callee_is_refused() 
 #[test]
 fn end_without_answer_while_no_task_is_running_is_refused() {
     between_tasks(Some(role(&["worker"])), |lp| {
-        let r = lp.end_without_answer(&json!({"reason": "r"}));
+        let r = end_without_answer(lp, &json!({"reason": "r"}));
         assert_eq!(
             refusal(r),
             "'end-without-answer' is answered only while a task runs; this session is running none"

@@ -7,15 +7,16 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
 
+use super::board::{Final, Incoming, Origin};
+use super::link::State;
 use crate::exec::procs::SweepScope;
 use crate::exec::Supervisor;
 use crate::exit::ExitStatus;
 use crate::fields;
-use crate::formation::board::{Final, Incoming, Origin};
-use crate::formation::link::State;
 use crate::inference::{Message, ToolCall, ToolSpec};
 use crate::tools::{self, end_without_answer};
 
+use super::lifecycle::Next;
 use super::{Calls, Loop, Outcome, Stop};
 
 impl Loop<'_> {
@@ -109,27 +110,7 @@ impl Loop<'_> {
             Stop::NoAnswer(r) => (ExitStatus::NoAnswer, None, Some(r)),
             Stop::Failed(e) => (ExitStatus::Failed, None, Some(e)),
             Stop::Limit(s, e) => (s, None, Some(e)),
-            Stop::Interrupted => (
-                ExitStatus::Canceled,
-                None,
-                Some(
-                    if self
-                        .session_shutdown
-                        .try_recv()
-                        .is_err_and(|e| e.is_disconnected())
-                    {
-                        match (crate::signals::received(), &self.spec.member) {
-                            (Some(sig), _) => format!("interrupted by {sig}"),
-                            (None, Some(_)) => {
-                                "the formation ended before this task did".to_string()
-                            }
-                            (None, None) => "the session was shut down".to_string(),
-                        }
-                    } else {
-                        "the task was canceled".to_string()
-                    },
-                ),
-            ),
+            Stop::Interrupted => (ExitStatus::Canceled, None, Some(self.interrupted_reason())),
         };
         let result_text = match (status, &answer, &error) {
             (ExitStatus::NoAnswer, _, Some(r)) => end_without_answer::result_text(r),
@@ -261,7 +242,7 @@ impl Loop<'_> {
         }
         let driver = match self.driver(choice) {
             Ok(d) => d,
-            Err(e) => return Stop::Failed(e),
+            Err(e) => return self.after_attempt(Stop::Failed(e), false).into_stop(),
         };
         let tools: Vec<ToolSpec> = spec.staged.inventory.iter().map(|t| t.spec()).collect();
         let mut messages = vec![Message::User(text.to_string())];
@@ -269,72 +250,109 @@ impl Loop<'_> {
         // the model never holds one id twice (providers that count from `call_0` in
         // each turn would otherwise pair a result with the wrong call).
         let mut used_ids: HashSet<String> = HashSet::new();
+        self.attempt = 1;
+        self.reopens = 0;
         loop {
-            if let Some(s) = self.check_stop() {
-                return s;
-            }
-            if let Some(cap) = inf.max_turns {
-                if self.counters.turns_used >= u64::from(cap) {
-                    return Stop::Limit(
-                        ExitStatus::MaxTurns,
-                        format!("inference.max_turns ({cap}) ran out before the model answered"),
-                    );
-                }
-            }
-            if let Some(ceiling) = inf.max_session_tokens {
-                if self.counters.spend_tokens >= ceiling {
-                    return Stop::Limit(
-                        ExitStatus::SpendCeiling,
-                        format!(
-                            "inference.max_session_tokens ({ceiling}) reached: {} tokens spent",
-                            self.counters.spend_tokens
-                        ),
-                    );
-                }
-            }
-            let turn = self.counters.turns_used + 1;
-            self.progress.set(turn, "waiting for the model");
-            let resp = match self.infer(&driver, choice, &messages, &tools, turn) {
-                Ok(r) => r,
-                Err(s) => return s,
-            };
-            let (calls, renamed) = unique_ids(resp.tool_calls.clone(), &mut used_ids);
-            messages.push(Message::Assistant {
-                text: resp.text.clone(),
-                tool_calls: calls.clone(),
-            });
-            if calls.is_empty() {
-                self.calls.drain();
-                let turn_left = inf
-                    .max_turns
-                    .is_none_or(|cap| self.counters.turns_used < u64::from(cap));
-                if self.calls.slots.is_empty() || !turn_left {
-                    return match resp.text {
-                        Some(t) if !t.trim().is_empty() => Stop::Answer(t),
-                        _ => Stop::Failed("the model ended its turn with no text and no tool call, so there is no answer".into()),
-                    };
-                }
-                match self.continuation() {
-                    Ok(text) => messages.push(Message::User(text)),
-                    Err(s) => return s,
-                }
-                continue;
-            }
-            for (call, model_id) in calls.iter().zip(&renamed) {
+            let stop = 'turns: loop {
                 if let Some(s) = self.check_stop() {
-                    return s;
+                    break 'turns s;
                 }
-                let (content, is_error) = self.dispatch(call, turn, model_id.as_deref());
-                messages.push(Message::Tool {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content,
-                    is_error,
+                if let Some(cap) = inf.max_turns {
+                    if self.counters.turns_used >= u64::from(cap) {
+                        break 'turns Stop::Limit(
+                            ExitStatus::MaxTurns,
+                            format!(
+                                "inference.max_turns ({cap}) ran out before the model answered"
+                            ),
+                        );
+                    }
+                }
+                if let Some(ceiling) = inf.max_session_tokens {
+                    if self.counters.spend_tokens >= ceiling {
+                        break 'turns Stop::Limit(
+                            ExitStatus::SpendCeiling,
+                            format!(
+                                "inference.max_session_tokens ({ceiling}) reached: {} tokens spent",
+                                self.counters.spend_tokens
+                            ),
+                        );
+                    }
+                }
+                let turn = self.counters.turns_used + 1;
+                self.progress.set(turn, "waiting for the model");
+                let resp = match self.infer(&driver, choice, &messages, &tools, turn, None) {
+                    Ok(r) => r,
+                    Err(s) => break 'turns s,
+                };
+                let (calls, renamed) = unique_ids(resp.tool_calls.clone(), &mut used_ids);
+                messages.push(Message::Assistant {
+                    text: resp.text.clone(),
+                    tool_calls: calls.clone(),
                 });
+                if calls.is_empty() {
+                    self.calls.drain();
+                    let turn_left = inf
+                        .max_turns
+                        .is_none_or(|cap| self.counters.turns_used < u64::from(cap));
+                    if self.calls.slots.is_empty() || !turn_left {
+                        let text = resp.text.unwrap_or_default();
+                        let (text, done) = self.strip_done(&text);
+                        if turn_left && !done {
+                            if let Some(message) = self.keep_working() {
+                                messages.push(Message::User(message));
+                                continue;
+                            }
+                        }
+                        break 'turns if text.trim().is_empty() {
+                            Stop::Failed("the model ended its turn with no text and no tool call, so there is no answer".into())
+                        } else {
+                            Stop::Answer(text)
+                        };
+                    }
+                    match self.continuation() {
+                        Ok(text) => messages.push(Message::User(text)),
+                        Err(s) => break 'turns s,
+                    }
+                    continue;
+                }
+                for (call, model_id) in calls.iter().zip(&renamed) {
+                    if let Some(s) = self.check_stop() {
+                        break 'turns s;
+                    }
+                    let (content, is_error) = self.dispatch(call, turn, model_id.as_deref());
+                    messages.push(Message::Tool {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        content,
+                        is_error,
+                    });
+                }
+                if let Some(reason) = self.calls.ending.clone() {
+                    break 'turns Stop::NoAnswer(reason);
+                }
+            };
+            match self.after_attempt(stop, true) {
+                Next::End(s) => return s,
+                Next::Reopen(message) => messages.push(Message::User(message)),
             }
-            if let Some(reason) = self.calls.ending.clone() {
-                return Stop::NoAnswer(reason);
+        }
+    }
+
+    /// Why an interrupted task ended: the signal, the formation's end, the session's
+    /// shutdown, or its own cancel.
+    pub(super) fn interrupted_reason(&self) -> String {
+        if self
+            .session_shutdown
+            .try_recv()
+            .is_err_and(|e| e.is_disconnected())
+        {
+            match (crate::signals::received(), &self.spec.member) {
+                (Some(sig), _) => format!("interrupted by {sig}"),
+                (None, Some(_)) => "the formation ended before this task did".to_string(),
+                (None, None) => "the session was shut down".to_string(),
             }
+        } else {
+            "the task was canceled".to_string()
         }
     }
 

@@ -187,20 +187,34 @@ pub fn errors_in<E: std::fmt::Display>(file: &Path, errors: &[E]) -> String {
 }
 
 /// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
-/// (relative to the capsule), else [`crate::session::DEFAULT_SYSTEM_PROMPT`].
+/// (relative to the capsule), else [`DEFAULT_SYSTEM_PROMPT`]; with
+/// `lifecycle.keep_working` set, followed by [`KEEP_WORKING_GUIDANCE`] on a paragraph
+/// of its own.
 ///
 /// Errors: the prompt file cannot be read.
 pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
-    match (&m.prompt.system, &m.prompt.system_file) {
-        (Some(s), _) => Ok(s.clone()),
+    let mut prompt = match (&m.prompt.system, &m.prompt.system_file) {
+        (Some(s), _) => s.clone(),
         (None, Some(f)) => {
             let p = dir.join(f);
             std::fs::read_to_string(&p)
-                .map_err(|e| format!("prompt.system_file {}: {e}", p.display()))
+                .map_err(|e| format!("prompt.system_file {}: {e}", p.display()))?
         }
-        (None, None) => Ok(crate::session::DEFAULT_SYSTEM_PROMPT.to_string()),
+        (None, None) => DEFAULT_SYSTEM_PROMPT.to_string(),
+    };
+    if m.lifecycle.keep_working.is_some() {
+        prompt = format!("{}\n\n{KEEP_WORKING_GUIDANCE}", prompt.trim_end());
     }
+    Ok(prompt)
 }
+
+/// The line that tells the runtime a task is really done under `lifecycle.keep_working`:
+/// an answer whose last non-blank line is exactly this ends the task; the line is
+/// removed from the answer.
+pub const DONE_MARKER: &str = "[done]";
+
+/// What the system prompt says when `lifecycle.keep_working` is set.
+pub const KEEP_WORKING_GUIDANCE: &str = "When you reply without calling a tool before the task is finished, the runtime answers with a message asking you to keep working. When the task is really done, end your final answer with a line that reads exactly [done]; the runtime removes that line from your answer and ends the task.";
 
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
@@ -304,18 +318,10 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     inv.push(tools::session_status::entry());
     // Spec, "The twelve": an inference: block (checked above), a non-empty
     // capabilities.shell.allow and lifecycle.shell_grace_secs.
-    for (declared, key) in [
-        (m.lifecycle.done_check.is_some(), "lifecycle.done_check"),
-        (m.lifecycle.keep_working.is_some(), "lifecycle.keep_working"),
-        (
-            m.lifecycle.max_task_reopens.is_some(),
-            "lifecycle.max_task_reopens",
-        ),
-        (
-            m.inference.as_ref().is_some_and(|i| i.compaction_declared),
-            "inference.compaction",
-        ),
-    ] {
+    for (declared, key) in [(
+        m.inference.as_ref().is_some_and(|i| i.compaction_declared),
+        "inference.compaction",
+    )] {
         if declared {
             return Err(StageError::Other(format!(
                 "{key} is not provided by this build of mur (it would be silently ignored); remove it to run this capsule"
@@ -401,21 +407,10 @@ pub fn stage_member(
     })
 }
 
-/// The message for a call naming a tool that is not in the inventory: names the
-/// declaration that is missing for a runtime-provided tool.
-pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
-    let names: Vec<&str> = inventory.iter().map(|t| t.name.as_str()).collect();
-    match tools::grant_of(name) {
-        Some(grant) => format!(
-            "tool `{name}` does not exist in this session: it exists only when the capsule declares {grant}; the tools are: {}",
-            names.join(", ")
-        ),
-        None => format!(
-            "tool `{name}` does not exist in this session: a shell binary is a tool only when capabilities.shell.allow lists it; the tools are: {}",
-            names.join(", ")
-        ),
-    }
-}
+pub use crate::tools::absent_tool_message;
+
+/// The default system prompt when the capsule gives none.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are an agent run by mur. Use the tools you are given to do the task, then answer it in text without calling a tool.";
 
 /// One problem [`preflight`] found.
 #[derive(Debug, Clone)]
@@ -482,10 +477,59 @@ pub fn preflight(capsule_dir: &Path, m: &Manifest) -> Result<(), Vec<Preflight>>
             }
         }
     }
+    // A hook that cannot start would fail every call closed, or never review a task:
+    // the capsule is refused now rather than surprising at run time.
+    for (event, list) in [
+        ("on_tool_call", &m.hooks.on_tool_call),
+        ("on_task_end", &m.hooks.on_task_end),
+    ] {
+        for (i, h) in list.iter().enumerate() {
+            if let Some(problem) = command_problem(&h.command, capsule_dir, "the capsule directory")
+            {
+                errs.push(format!("hooks.{event}[{i}].command: {problem}").into());
+            }
+        }
+    }
+    if let Some(d) = &m.lifecycle.done_check {
+        // A path is relative to the workdir, where a task may still create it; a bare
+        // name must be on PATH now.
+        if !d.command[0].contains('/') {
+            if let Some(problem) = command_problem(&d.command, &wd, "the workdir") {
+                errs.push(format!("lifecycle.done_check.command: {problem}").into());
+            }
+        }
+    }
     if errs.is_empty() {
         Ok(())
     } else {
         Err(errs)
+    }
+}
+
+/// Why `argv[0]` cannot be started: a name with `/` is relative to `base` (`what`)
+/// and must be an executable file there; a bare name must be on `PATH`.
+fn command_problem(argv: &[String], base: &Path, what: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let first = argv.first()?;
+    if first.contains('/') {
+        let path = base.join(first);
+        match std::fs::metadata(&path) {
+            Ok(md) if md.is_file() && md.permissions().mode() & 0o111 != 0 => None,
+            Ok(md) if md.is_file() => {
+                Some(format!("{} is not executable; chmod +x it", path.display()))
+            }
+            Ok(_) => Some(format!("{} is not a file", path.display())),
+            Err(e) => Some(format!(
+                "{} ({first}, relative to {what}): {e}",
+                path.display()
+            )),
+        }
+    } else if missing_binaries(std::slice::from_ref(first)).is_empty() {
+        None
+    } else {
+        Some(format!(
+            "`{first}` is not found on PATH; install it, or give its path relative to {what}"
+        ))
     }
 }
 

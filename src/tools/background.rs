@@ -502,6 +502,36 @@ pub fn call(ctx: &Context<'_>, input: &Value) -> Result<Answer, String> {
     })
 }
 
+/// The background-command tool ([`super::registry`]).
+pub struct BackgroundCommand;
+
+impl super::Tool for BackgroundCommand {
+    /// Answers one call ([`call`]): one `background_command` record per answered call,
+    /// none for a refusal; `phase: background_wait` when a cancel or the deadline cut
+    /// a wait short.
+    fn call(
+        &self,
+        cx: &mut dyn super::Session,
+        _entry: &super::ToolEntry,
+        input: &Value,
+    ) -> super::Answer {
+        let ex = cx.exec();
+        let ctx = Context {
+            supervisor: ex.supervisor,
+            deadline: ex.deadline,
+            shutdown: ex.shutdown,
+        };
+        match call(&ctx, input) {
+            Ok(a) => super::Answer {
+                result: a.result,
+                records: vec![("background_command", a.record)],
+                phase: a.cut.map(|_| "background_wait"),
+            },
+            Err(message) => ToolResult::refused(message).into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

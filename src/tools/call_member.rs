@@ -3,9 +3,9 @@
 //! same task, after the turn ends), `rejected` or `failed` (failed; no answer will
 //! come) (spec, "call-member", "What a call returns").
 //!
-//! This file is the tool's face: its inventory entry, the four results with their
-//! `data`, the runtime's notes and the refusals, word for word as the spec gives them.
-//! The calls themselves are made by [`crate::formation`].
+//! This file is the tool: its inventory entry, the refusals in the spec's order, the
+//! four results with their `data` and the runtime's notes, word for word as the spec
+//! gives them. The session places the call and polls it ([`super::Session::place_call`]).
 
 use serde_json::json;
 
@@ -130,6 +130,111 @@ pub fn not_yet_answered(member: &str, call_id: &str) -> String {
 /// Refusal: the member's answer to an earlier call arrived and waits for the turn's end.
 pub fn answered_waiting(member: &str, call_id: &str) -> String {
     format!("{member} has already answered call {call_id}, so nothing was sent. The answer reaches you as soon as you end your turn: end your turn now by replying without calling a tool.")
+}
+
+/// The call-member tool ([`super::registry`]): the refusals in the spec's order, then
+/// the call, placed by the session ([`super::Session::place_call`]).
+pub struct CallMember;
+
+impl super::Tool for CallMember {
+    fn call(
+        &self,
+        cx: &mut dyn super::Session,
+        _entry: &ToolEntry,
+        input: &serde_json::Value,
+    ) -> super::Answer {
+        call(cx, input).into()
+    }
+}
+
+fn call(cx: &mut dyn super::Session, input: &serde_json::Value) -> ToolResult {
+    use serde_json::Value;
+    let Some(callees) = cx.callees().filter(|c| !c.is_empty()) else {
+        return ToolResult::refused(cx.absent(NAME));
+    };
+    let member = match input.get("member") {
+        Some(Value::String(m)) => m.clone(),
+        Some(v) => {
+            return ToolResult::refused(format!(
+                "'call-member' needs `member` as a string naming one of: {}; found {}",
+                callees.join(", "),
+                super::json_type(v)
+            ))
+        }
+        None => {
+            return ToolResult::refused(format!(
+                "'call-member' needs `member`, one of: {}",
+                callees.join(", ")
+            ))
+        }
+    };
+    if !callees.contains(&member) {
+        return ToolResult::refused(not_callable(&member, &callees));
+    }
+    if !cx.task_running() {
+        return ToolResult::refused(NO_TASK);
+    }
+    if cx.ending().is_some() {
+        return ToolResult::refused(ENDING);
+    }
+    if let Some(h) = cx.held_call(Some(&member)) {
+        return ToolResult::refused(if h.arrived {
+            answered_waiting(&member, &h.call_id)
+        } else {
+            not_yet_answered(&member, &h.call_id)
+        });
+    }
+    let task = match input.get("task") {
+        Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
+        Some(Value::String(_)) => {
+            return ToolResult::refused(
+                "'call-member' needs a task: `task` is blank; write the whole of what the member is told",
+            )
+        }
+        Some(v) => {
+            return ToolResult::refused(format!(
+                "'call-member' needs `task` as a string, found {}",
+                super::json_type(v)
+            ))
+        }
+        None => {
+            return ToolResult::refused(
+                "'call-member' needs `task`: the whole of what the member is told",
+            )
+        }
+    };
+    if let Some(k) = input
+        .as_object()
+        .and_then(|o| o.keys().find(|k| *k != "member" && *k != "task"))
+    {
+        return ToolResult::refused(format!(
+            "'call-member' takes `member` and `task` only; unknown key `{k}`"
+        ));
+    }
+    let caller = cx.caller();
+    let (call_id, mut r) = match cx.place_call(&member, task) {
+        super::Placed::Started { call_id, task_id } => {
+            let r = started(&call_id, &member, &task_id);
+            (call_id, r)
+        }
+        super::Placed::Busy {
+            call_id,
+            deadline_secs,
+        } => {
+            let r = busy(&call_id, &member, deadline_secs);
+            (call_id, r)
+        }
+        super::Placed::Ended {
+            call_id,
+            status,
+            output,
+        } => {
+            let r = ended(&call_id, &member, status, &output, caller.as_deref());
+            (call_id, r)
+        }
+    };
+    r.record.insert("member_call_id".into(), json!(call_id));
+    r
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! end-without-answer: ends a task another formation member sent without an answer,
 //! and the runtime tells that member none came (spec, "end-without-answer").
 //!
-//! The tool's face: entry, the accepted result and the refusals, in the spec's order
-//! and words. The session decides which refusal applies ([`crate::session`]).
+//! The tool: entry, the accepted result and the refusals, checked in the spec's order
+//! and words against what the session reports ([`super::Session`]).
 
 use serde_json::json;
 
@@ -63,4 +63,44 @@ pub fn accepted(caller: &str) -> ToolResult {
 /// `out/result.txt` of a task that ended so.
 pub fn result_text(reason: &str) -> String {
     format!("no answer: {reason}")
+}
+
+/// The end-without-answer tool ([`super::registry`]).
+pub struct EndWithoutAnswer;
+
+impl super::Tool for EndWithoutAnswer {
+    /// The refusals in the spec's order, then acceptance.
+    fn call(
+        &self,
+        cx: &mut dyn super::Session,
+        _entry: &ToolEntry,
+        input: &serde_json::Value,
+    ) -> super::Answer {
+        call(cx, input).into()
+    }
+}
+
+fn call(cx: &mut dyn super::Session, input: &serde_json::Value) -> ToolResult {
+    if cx.callees().is_none_or(|c| c.is_empty()) {
+        return ToolResult::refused(NOT_A_CALLER);
+    }
+    if !cx.task_running() {
+        return ToolResult::refused(NO_TASK);
+    }
+    let Some(caller) = cx.caller() else {
+        return ToolResult::refused(NOT_FROM_MEMBER);
+    };
+    if let Some(h) = cx.held_call(None) {
+        return ToolResult::refused(call_still_out(&h.call_id, &h.member));
+    }
+    let reason = match input.get("reason") {
+        // Kept as given: the reason is the task's status message (spec).
+        Some(serde_json::Value::String(r)) if !r.trim().is_empty() => r.clone(),
+        _ => return ToolResult::refused(NO_REASON),
+    };
+    if cx.ending().is_some() {
+        return ToolResult::refused(ALREADY);
+    }
+    cx.end_without_answer(reason);
+    accepted(&caller)
 }

@@ -3,30 +3,19 @@
 
 pub mod background;
 pub mod call_member;
+pub mod context;
 pub mod end_without_answer;
+pub mod registry;
 pub mod result;
 pub mod session_status;
 pub mod shell;
 
 use serde_json::Value;
 
+pub use context::{Answer, Exec, Held, Placed, Session, Tool};
 pub use result::{fence, Status, ToolResult};
 
-/// The eleven reserved runtime-provided tool names (spec, "Reserved names"). A declared
-/// artifact whose bare name is one of these is refused with E-CAP-013.
-pub const RESERVED: [&str; 11] = [
-    "share-file",
-    "fetch-peer-file",
-    "delegate-task",
-    "submit-plan",
-    "switch-driver",
-    "call-member",
-    "end-without-answer",
-    "pull-artifact",
-    "remove-artifact",
-    "session-status",
-    "background-command",
-];
+pub use crate::manifest::reserved::RESERVED;
 
 /// The declaration that makes a runtime-provided tool exist (spec, table "The twelve").
 pub fn grant_of(name: &str) -> Option<&'static str> {
@@ -42,6 +31,23 @@ pub fn grant_of(name: &str) -> Option<&'static str> {
         "background-command" => "an inference: block, a non-empty capabilities.shell.allow and lifecycle.shell_grace_secs",
         _ => return None,
     })
+}
+
+/// The refusal of a call naming a tool that is not in `inventory`: the declaration
+/// that would make it exist, and the tools there are (spec, "The grant is the tool's
+/// existence").
+pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
+    let names: Vec<&str> = inventory.iter().map(|t| t.name.as_str()).collect();
+    match grant_of(name) {
+        Some(grant) => format!(
+            "tool `{name}` does not exist in this session: it exists only when the capsule declares {grant}; the tools are: {}",
+            names.join(", ")
+        ),
+        None => format!(
+            "tool `{name}` does not exist in this session: a shell binary is a tool only when capabilities.shell.allow lists it; the tools are: {}",
+            names.join(", ")
+        ),
+    }
 }
 
 /// What answers a tool in the inventory.

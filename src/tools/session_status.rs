@@ -20,3 +20,39 @@ pub fn entry() -> ToolEntry {
 pub fn result(status: &Value) -> ToolResult {
     ToolResult::passed("session status", status.to_string())
 }
+
+/// The session-status tool ([`super::registry`]).
+pub struct SessionStatus;
+
+impl super::Tool for SessionStatus {
+    /// Takes no input (`{}` or null); writes one `session_status` record carrying the
+    /// object returned.
+    fn call(
+        &self,
+        cx: &mut dyn super::Session,
+        _entry: &ToolEntry,
+        input: &Value,
+    ) -> super::Answer {
+        match input {
+            Value::Object(m) => {
+                if let Some(k) = m.keys().next() {
+                    return ToolResult::refused(format!(
+                        "session-status takes no input; unknown key `{k}`"
+                    ))
+                    .into();
+                }
+            }
+            Value::Null => {}
+            other => {
+                return ToolResult::refused(format!(
+                    "session-status takes no input: send {{}}, not {}",
+                    super::json_type(other)
+                ))
+                .into()
+            }
+        }
+        let st = cx.measure_status();
+        let r = result(&st);
+        super::Answer::from(r).with_record("session_status", crate::fields! {"status" => st})
+    }
+}

@@ -272,6 +272,37 @@ fn render(running: &Running, exit: Option<ExitInfo>, cut: Option<Cut>) -> ToolRe
     r
 }
 
+/// The tool of every shell binary entry ([`super::registry`]).
+pub struct Shell;
+
+impl super::Tool for Shell {
+    /// Checks the binary against `capabilities.shell.allow` again and the input, then
+    /// runs it ([`call`]).
+    fn call(&self, cx: &mut dyn super::Session, entry: &ToolEntry, input: &Value) -> super::Answer {
+        let ToolKind::Shell { binary } = &entry.kind else {
+            return ToolResult::refused(cx.absent(&entry.name)).into();
+        };
+        let ex = cx.exec();
+        if !ex.shell_allow.iter().any(|b| b == binary) {
+            return ToolResult::refused(format!("`{binary}` is not in capabilities.shell.allow"))
+                .into();
+        }
+        let args = match parse_args(binary, input) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::refused(e).into(),
+        };
+        let ctx = ShellContext {
+            workdir: ex.workdir,
+            logs_dir: ex.logs_dir,
+            supervisor: ex.supervisor,
+            deadline: ex.deadline,
+            shutdown: ex.shutdown,
+            grace: ex.grace,
+        };
+        call(&ctx, binary, args).0.into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,21 +1,99 @@
-//! The member calls of a running task: their bookkeeping ([`Calls`]), making one
-//! (call-member), waiting on them for the continuation, accounting for those a task
-//! leaves behind, and ending a task without an answer.
+//! Outstanding work: what a running task has handed out and waits on (member calls
+//! today, delegations next), each ending in an outcome the continuation delivers.
+//! Their bookkeeping ([`Calls`]), placing a member call (the session's side of
+//! call-member: egress, the first offer, a poller), waiting on them for the
+//! continuation, and accounting for those a task leaves behind.
 
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::fields;
-use crate::formation::call::{self, CallCtx, First, Mode};
-use crate::formation::continuation::{self, Ledger};
-use crate::formation::link::{is_loopback, SendMeta};
-use crate::formation::{CallStatus, EndedCall};
-use crate::staging;
-use crate::tools::{self, call_member, end_without_answer, ToolResult};
-
+use super::call::{self, CallCtx, First, Mode};
+use super::continuation::{self, Ledger};
+use super::link::{is_loopback, SendMeta};
 use super::{Loop, Stop};
+use crate::fields;
+use crate::tools::Placed;
+
+/// How a member call ended (`member_call.status`, and the continuation's headers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// The member answered: its task completed.
+    Completed,
+    /// The member ended its task with end-without-answer.
+    NoAnswer,
+    /// The call could not be made, the door answered an error, or the member's task
+    /// failed or reached a state the runtime does not know.
+    Failed,
+    /// The member's task was cancelled.
+    Canceled,
+    /// The member did not take the task (busy for the whole deadline, or refused).
+    Rejected,
+    /// `lifecycle.delegation_deadline_secs` passed while the member held the task.
+    TimedOut,
+    /// Two offers or two reads in a row got no answer.
+    Unreachable,
+    /// The calling task ended before the call was accounted for.
+    Abandoned,
+}
+
+impl CallStatus {
+    /// The record spelling: `completed`, `no_answer`, `failed`, `canceled`, `rejected`,
+    /// `timed_out`, `unreachable`, `abandoned`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Completed => "completed",
+            CallStatus::NoAnswer => "no_answer",
+            CallStatus::Failed => "failed",
+            CallStatus::Canceled => "canceled",
+            CallStatus::Rejected => "rejected",
+            CallStatus::TimedOut => "timed_out",
+            CallStatus::Unreachable => "unreachable",
+            CallStatus::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// A member call that has ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndedCall {
+    /// `mcl_…`.
+    pub call_id: String,
+    /// The member called.
+    pub member: String,
+    /// How it ended.
+    pub status: CallStatus,
+    /// What the model is shown: the member's answer, its reason, or the runtime's
+    /// sentence (spec table "Ending / Output").
+    pub output: String,
+    /// Members further down with no answer, `(name, status)`: read only for a
+    /// completed or no_answer call, at most 8, roster members only, never `completed`.
+    pub below: Vec<(String, String)>,
+    /// The member's task id, when it took the task.
+    pub member_task: Option<String>,
+    /// The member's door address as configured (trace only, never the model's).
+    pub door: Option<String>,
+    /// The error as the runtime logs it, naming the URL called, for a call that ended
+    /// on a door error (trace and stderr only; `output` is the model's text).
+    pub detail: Option<String>,
+    /// `true` when the member was busy at every offer and the call ended before it
+    /// took the task: the spec's "Ends rejected, never held" (the deadline passed) and
+    /// "Ends abandoned, never held" (the calling task ended between offers, or while an
+    /// offer was on its way that the member turned away busy). `member_call.never_held`.
+    pub never_held: bool,
+}
+
+impl EndedCall {
+    /// Whether the ending is one an operator is warned of on stderr: failed,
+    /// unreachable or timed out.
+    pub fn warns(&self) -> bool {
+        matches!(
+            self.status,
+            CallStatus::Failed | CallStatus::Unreachable | CallStatus::TimedOut
+        )
+    }
+}
 
 /// The most of a member call's reason a stderr warning quotes, in bytes.
 const WARN_CAP: usize = 400;
@@ -76,77 +154,28 @@ impl Calls {
 }
 
 impl Loop<'_> {
-    /// call-member: the refusals, the egress check, the first offer, and a poller for
-    /// a call left outstanding (spec, "call-member").
-    pub(super) fn call_member(&mut self, input: &Value) -> ToolResult {
-        let Some(role) = self.spec.member.as_ref().filter(|r| !r.callees.is_empty()) else {
-            return ToolResult::refused(staging::absent_tool_message(
-                call_member::NAME,
-                &self.spec.staged.inventory,
-            ));
-        };
-        let callees: Vec<String> = role.callees.iter().map(|(n, _)| n.clone()).collect();
-        let member = match input.get("member") {
-            Some(Value::String(m)) => m.clone(),
-            Some(v) => {
-                return ToolResult::refused(format!(
-                    "'call-member' needs `member` as a string naming one of: {}; found {}",
-                    callees.join(", "),
-                    tools::json_type(v)
-                ))
-            }
-            None => {
-                return ToolResult::refused(format!(
-                    "'call-member' needs `member`, one of: {}",
-                    callees.join(", ")
-                ))
-            }
-        };
-        let Some((_, link)) = role.callees.iter().find(|(n, _)| *n == member) else {
-            return ToolResult::refused(call_member::not_callable(&member, &callees));
-        };
-        if self.task_start.is_none() {
-            return ToolResult::refused(call_member::NO_TASK);
-        }
-        if self.calls.ending.is_some() {
-            return ToolResult::refused(call_member::ENDING);
-        }
-        self.calls.drain();
-        if let Some(s) = self.calls.slots.iter().find(|s| s.member == member) {
-            return ToolResult::refused(match s.arrived {
-                None => call_member::not_yet_answered(&member, &s.call_id),
-                Some(_) => call_member::answered_waiting(&member, &s.call_id),
-            });
-        }
-        let task = match input.get("task") {
-            Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
-            Some(Value::String(_)) => {
-                return ToolResult::refused(
-                    "'call-member' needs a task: `task` is blank; write the whole of what the member is told",
-                )
-            }
-            Some(v) => {
-                return ToolResult::refused(format!(
-                    "'call-member' needs `task` as a string, found {}",
-                    tools::json_type(v)
-                ))
-            }
-            None => {
-                return ToolResult::refused(
-                    "'call-member' needs `task`: the whole of what the member is told",
-                )
-            }
-        };
-        if let Some(k) = input
-            .as_object()
-            .and_then(|o| o.keys().find(|k| *k != "member" && *k != "task"))
-        {
-            return ToolResult::refused(format!(
-                "'call-member' takes `member` and `task` only; unknown key `{k}`"
-            ));
-        }
+    /// Places one member call for call-member, whose refusals have passed: the egress
+    /// check, the first offer, and a poller for a call left outstanding. A call that
+    /// ended in its own tool call is accounted for (and recorded) now.
+    pub(super) fn place_member_call(&mut self, member: &str, task: String) -> Placed {
         let call_id = crate::ids::call_id();
-        let caller = self.origin.caller().map(str::to_string);
+        let Some(role) = self.spec.member.as_ref() else {
+            return Placed::Ended {
+                call_id,
+                status: "failed",
+                output: format!(
+                    "this session is no formation member, so {member} cannot be called"
+                ),
+            };
+        };
+        let Some((_, link)) = role.callees.iter().find(|(n, _)| n == member) else {
+            return Placed::Ended {
+                call_id,
+                status: "failed",
+                output: format!("{member} is not a member this one may call"),
+            };
+        };
+        let member = member.to_string();
         let deadline_secs = role.call_deadline.as_secs();
         // Egress: the door is checked against this capsule's own network allowlist.
         let host = link.host();
@@ -156,13 +185,13 @@ impl Loop<'_> {
         } else {
             allow.contains(&host)
         };
-        let ended = if !allowed {
+        let e = if !allowed {
             let need = if is_loopback(&host) {
                 "localhost"
             } else {
                 host.as_str()
             };
-            Some(EndedCall {
+            EndedCall {
                 call_id: call_id.clone(),
                 member: member.clone(),
                 status: CallStatus::Failed,
@@ -172,7 +201,7 @@ impl Loop<'_> {
                 door: Some(link.address()),
                 detail: None,
                 never_held: false,
-            })
+            }
         } else {
             let ctx = CallCtx {
                 call_id: call_id.clone(),
@@ -189,102 +218,82 @@ impl Loop<'_> {
                 task_id: self.task_id.clone(),
                 roster: role.roster.clone(),
             };
-            let (first, result) = match ctx.first_offer() {
+            let (mode, placed) = match ctx.first_offer() {
                 First::Ended(e) => (None, Err(e)),
                 First::Started(task_id) => (
                     Some(Mode::Held {
                         task_id: task_id.clone(),
                         offers: 1,
                     }),
-                    Ok(call_member::started(&call_id, &member, &task_id)),
+                    Ok(Placed::Started {
+                        call_id: call_id.clone(),
+                        task_id,
+                    }),
                 ),
                 First::Busy => (
                     Some(Mode::Busy { offers: 1 }),
-                    Ok(call_member::busy(&call_id, &member, deadline_secs)),
+                    Ok(Placed::Busy {
+                        call_id: call_id.clone(),
+                        deadline_secs,
+                    }),
                 ),
             };
-            match (first, result) {
-                (Some(mode), Ok(r)) => {
-                    let spawned = call::spawn(
+            match (mode, placed) {
+                (Some(mode), Ok(placed)) => {
+                    let address = link.address();
+                    match call::spawn(
                         ctx,
                         mode,
                         self.calls.events_tx.clone(),
                         self.calls.abandon_rx.clone(),
-                    );
-                    match spawned {
+                    ) {
                         Ok(()) => {
                             self.calls.slots.push(Slot {
-                                call_id: call_id.clone(),
-                                member: member.clone(),
+                                call_id,
+                                member,
                                 arrived: None,
                             });
-                            let mut r = r;
-                            r.record.insert("member_call_id".into(), json!(call_id));
-                            return r;
+                            return placed;
                         }
-                        Err(e) => Some(EndedCall {
+                        Err(e) => EndedCall {
                             call_id: call_id.clone(),
                             member: member.clone(),
                             status: CallStatus::Failed,
                             output: format!("cannot start the call's poller thread: {e}"),
                             below: Vec::new(),
                             member_task: None,
-                            door: Some(link.address()),
+                            door: Some(address),
                             detail: None,
                             never_held: false,
-                        }),
+                        },
                     }
                 }
-                (_, Err(e)) => Some(e),
-                (None, Ok(_)) => None,
+                (_, Err(e)) => e,
+                (None, Ok(_)) => EndedCall {
+                    call_id: call_id.clone(),
+                    member: member.clone(),
+                    status: CallStatus::Failed,
+                    output: "'call-member' could not make the call".into(),
+                    below: Vec::new(),
+                    member_task: None,
+                    door: Some(link.address()),
+                    detail: None,
+                    never_held: false,
+                },
             }
-        };
-        let Some(e) = ended else {
-            return ToolResult::refused("'call-member' could not make the call");
         };
         // Ended in its own tool call: accounted for now.
         self.calls.ledger.ended(&e);
         self.record_member_call(&e, true);
-        let status = if e.status == CallStatus::Rejected {
-            "rejected"
-        } else {
-            "failed"
-        };
-        let mut r = call_member::ended(&call_id, &member, status, &e.output, caller.as_deref());
-        r.record.insert("member_call_id".into(), json!(call_id));
-        r
-    }
-
-    /// end-without-answer: the refusals in the spec's order, then acceptance.
-    pub(super) fn end_without_answer(&mut self, input: &Value) -> ToolResult {
-        if self
-            .spec
-            .member
-            .as_ref()
-            .is_none_or(|r| r.callees.is_empty())
-        {
-            return ToolResult::refused(end_without_answer::NOT_A_CALLER);
+        Placed::Ended {
+            call_id,
+            status: if e.status == CallStatus::Rejected {
+                "rejected"
+            } else {
+                "failed"
+            },
+            output: e.output,
         }
-        if self.task_start.is_none() {
-            return ToolResult::refused(end_without_answer::NO_TASK);
-        }
-        let Some(caller) = self.origin.caller().map(str::to_string) else {
-            return ToolResult::refused(end_without_answer::NOT_FROM_MEMBER);
-        };
-        self.calls.drain();
-        if let Some(s) = self.calls.slots.first() {
-            return ToolResult::refused(end_without_answer::call_still_out(&s.call_id, &s.member));
-        }
-        let reason = match input.get("reason") {
-            // Kept as given: the reason is the task's status message (spec).
-            Some(Value::String(r)) if !r.trim().is_empty() => r.clone(),
-            _ => return ToolResult::refused(end_without_answer::NO_REASON),
-        };
-        if self.calls.ending.is_some() {
-            return ToolResult::refused(end_without_answer::ALREADY);
-        }
-        self.calls.ending = Some(reason);
-        end_without_answer::accepted(&caller)
     }
 
     /// Waits until every call of the task has ended, then builds the one message the
