@@ -15,6 +15,13 @@
 //! Needs `MUR_TEST_VENV` (a venv with a2a-sdk[http-server] and uvicorn; see
 //! scripts/test.sh). Run: `cargo bench --bench door` (or scripts/bench.sh).
 //! `MUR_BENCH_N` sets the requests per load and server (default 2000).
+//!
+//! With `MUR_BENCH_DOOR_BINS=label=path,label=path…` it then serves
+//! `examples/hello` with each `mur` binary (`mur door`, its own process: the
+//! allocator and libc of that build, such as the static musl one of
+//! scripts/build-static.sh) and loads each with raw clients at 1 and 16 connections,
+//! beside the a2a-sdk server, printing each one's ratio to the SDK and to the first
+//! binary.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -27,7 +34,7 @@ use mur::a2a::types::{AgentCard, Message, Task, TaskState};
 use mur::a2a::A2aClient;
 use mur::door::{CancelError, Door, DoorLimits, TaskBook, TaskHandler};
 
-const TOKEN: &str = "bench-token";
+const TOKEN: &str = "bench-token-of-32-bytes-for-door";
 
 /// Completes every task at once with `echo: <text>`.
 struct Immediate {
@@ -276,4 +283,74 @@ fn main() {
     }
     println!("goal: >= 10x req/s");
     door.shutdown();
+    if let Ok(bins) = std::env::var("MUR_BENCH_DOOR_BINS") {
+        binaries(&bins, &sdk, &sdk_task, n);
+    }
+}
+
+struct MurDoor(Child, String, tempfile::TempDir);
+
+impl Drop for MurDoor {
+    fn drop(&mut self) {
+        // SIGTERM: the door stops its session and exits.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.0.wait();
+    }
+}
+
+fn mur_door(bin: &str) -> MurDoor {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let capsule = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    let mut child = Command::new(bin)
+        .arg("door")
+        .arg(&capsule)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(tmp.path().join("records"))
+        .env("MURMUR_HOME", tmp.path().join("home"))
+        .env("MURMUR_DOOR_TOKEN", TOKEN)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {bin} door: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the door line");
+    let url = line
+        .trim()
+        .strip_prefix("door: ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    MurDoor(child, url, tmp)
+}
+
+/// The door of each binary in `bins` (`label=path,…`) at 1 and 16 connections.
+fn binaries(bins: &str, sdk: &SdkServer, sdk_task: &str, n: usize) {
+    println!("mur door binaries serving examples/hello, raw GetTask, {n} requests per load");
+    let mut first: Vec<f64> = Vec::new();
+    for (i, spec) in bins.split(',').filter(|s| !s.is_empty()).enumerate() {
+        let (label, path) = spec.split_once('=').unwrap_or((spec, spec));
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let d = mur_door(path);
+        let task = completed_task(&d.1);
+        for (j, conns) in [1usize, 16].into_iter().enumerate() {
+            let m = load_raw(&d.1, &task, n, conns);
+            let s = load_raw(&sdk.1, sdk_task, n, conns);
+            if i == 0 {
+                first.push(m.rps);
+            }
+            println!(
+                "{label:>14} ({size} bytes), {conns:>2} conn: {:>8.0} req/s p99 {:>7.3} ms | a2a-sdk {:>7.0} req/s | ratio to the SDK {:>5.1}x, to the first binary {:>5.2}",
+                m.rps,
+                m.p99.as_secs_f64() * 1e3,
+                s.rps,
+                m.rps / s.rps,
+                m.rps / first[j],
+            );
+        }
+    }
 }

@@ -1,6 +1,14 @@
 //! `mur`: the command line. A thin `main`: parse, run, print the error chain once,
 //! exit with the code decided in [`mur::exit`].
 
+/// The static musl build's allocator: musl's malloc serializes threads on one lock
+/// (the door's workers, the session's threads); mimalloc keeps a heap per thread.
+/// Measured with benches/door.rs (`MUR_BENCH_DOOR_BINS`); see README, "The static
+/// binary".
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;

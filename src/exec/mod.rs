@@ -1,5 +1,5 @@
 //! Process supervision: shell commands run in their own process group, their output
-//! goes straight to a log file, and one reaper thread per group reaps it.
+//! goes straight to a log file, and the process's one reaper thread reaps them.
 //!
 //! Nothing here reads a child's pipes: stdout and stderr both point at the command's
 //! log file (opened `O_APPEND`, so both streams land in the order written), and stdin
@@ -7,17 +7,18 @@
 //!
 //! # The reaper
 //!
-//! [`Supervisor::spawn`] starts one reaper thread per command (64 KiB of stack, so a
-//! thousand commands cost a few megabytes). It loops on `waitpid(-pgid)`: it reaps the
-//! leader, then every process of the group that becomes `mur`'s child (with `mur` a
-//! child subreaper, see [`procs::become_subreaper`], orphans of the group come back to
-//! it), until `ECHILD`. It never calls `waitpid(-1)`, which would steal statuses.
+//! [`Supervisor::spawn`] registers the command's group with the reaper ([`orphans`]):
+//! one thread for the whole process, blocked in `waitid` until a child of `mur`
+//! exits, with no thread, poll or tick per command. It reaps the leader, then every
+//! process of the group that becomes `mur`'s child (with `mur` a child subreaper, see
+//! [`procs::become_subreaper`], orphans of the group come back to it), until no child
+//! of `mur` is left in the group.
 //!
 //! When the leader exits the reaper stores the exit and broadcasts it: the
 //! [`Running::exited`] channel disconnects (so any number of waiters wake in a
 //! `select!`), and an [`ExitEvent`] goes to the supervisor's event channel (the
 //! dispatcher's feed; a later completion task is built from it). When the group is
-//! empty the [`Running::reaped`] channel disconnects.
+//! done the [`Running::reaped`] channel disconnects.
 //!
 //! # Stopping
 //!
@@ -28,8 +29,8 @@
 //! sequence on every group at once, so stopping a thousand commands takes about as
 //! long as stopping one.
 //!
-//! Zombies that left their group are reaped while the session runs by the
-//! [`orphans`] reaper, which skips every group a reaper thread still waits on.
+//! Zombies that left their group are reaped by the same thread, in `mur` itself
+//! (see [`orphans::start`]).
 //!
 //! # A log that could not be written
 //!
@@ -40,9 +41,10 @@
 //! result's `status` `error` whatever the exit code.
 //!
 //! Each command's environment carries `MURMUR_WORK_ID=<work id>` and, for a session's
-//! supervisor, `MURMUR_SESSION=<session id>`: a descendant that escapes the group
-//! (`setsid`, double fork) keeps them, so the session's end can name it
-//! ([`procs::sweep`]).
+//! supervisor, `MURMUR_SESSION=<session id>`: a survivor's record names its command
+//! from them. They are never trusted to decide what to kill: the session's end finds
+//! its processes by ancestry ([`procs::walk`], [`procs::sweep`]), since a process can
+//! clear its environment.
 
 pub mod orphans;
 pub mod output;

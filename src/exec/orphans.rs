@@ -21,7 +21,7 @@
 //! (`ECHILD`) it sleeps on a channel that every spawn wakes.
 //!
 //! Every command starts holding [`spawn_guard`] until its group is registered
-//! ([`register`]), and the reaper decides and reaps holding [`reap_guard`], so the
+//! (by the supervisor), and the reaper decides and reaps holding [`reap_guard`], so the
 //! reaper never sees a command's leader between its fork and its registration.
 //!
 //! Without [`start`] (a program using the library, such as a benchmark, that spawns
@@ -68,7 +68,7 @@ fn groups() -> MutexGuard<'static, Option<HashMap<i32, Group>>> {
     lock(&GROUPS)
 }
 
-/// Held by whoever starts a child of `mur` until its group is [`register`]ed: the
+/// Held by whoever starts a child of `mur` until its group is registered: the
 /// reaper decides nothing meanwhile.
 pub fn spawn_guard() -> RwLockReadGuard<'static, ()> {
     GATE.read().unwrap_or_else(|e| e.into_inner())

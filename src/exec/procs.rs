@@ -5,7 +5,9 @@
 //! With `mur` a child subreaper (`PR_SET_CHILD_SUBREAPER`), a process whose parent
 //! dies is reparented to `mur` rather than to init, even one that left its command's
 //! process group with `setsid` or a double fork. It stays a descendant of `mur`, so the
-//! session's end finds it by walking the parent links in `/proc/<pid>/stat`.
+//! session's end finds it by walking down from `mur`'s own children
+//! (`/proc/<pid>/task/<tid>/children`, see [`walk`]): the cost follows `mur`'s own
+//! process tree, not the number of processes on the host.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
