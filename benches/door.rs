@@ -288,7 +288,9 @@ fn main() {
     }
 }
 
-struct MurDoor(Child, String, tempfile::TempDir);
+/// A `mur door` process, its URL, and the directory holding its home and records
+/// (kept until the door is dropped).
+struct MurDoor(Child, String, #[allow(dead_code)] tempfile::TempDir);
 
 impl Drop for MurDoor {
     fn drop(&mut self) {
