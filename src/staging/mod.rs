@@ -189,7 +189,7 @@ pub fn errors_in<E: std::fmt::Display>(file: &Path, errors: &[E]) -> String {
 /// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
 /// (relative to the capsule), else [`DEFAULT_SYSTEM_PROMPT`]; with
 /// `lifecycle.keep_working` set, followed by [`KEEP_WORKING_GUIDANCE`] on a paragraph
-/// of its own.
+/// of its own; with `capabilities.plan.submit`, followed by [`PLAN_GUIDANCE`] so.
 ///
 /// Errors: the prompt file cannot be read.
 pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
@@ -205,6 +205,9 @@ pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
     if m.lifecycle.keep_working.is_some() {
         prompt = format!("{}\n\n{KEEP_WORKING_GUIDANCE}", prompt.trim_end());
     }
+    if m.capabilities.plan_submit {
+        prompt = format!("{}\n\n{PLAN_GUIDANCE}", prompt.trim_end());
+    }
     Ok(prompt)
 }
 
@@ -215,6 +218,10 @@ pub const DONE_MARKER: &str = "[done]";
 
 /// What the system prompt says when `lifecycle.keep_working` is set.
 pub const KEEP_WORKING_GUIDANCE: &str = "When you reply without calling a tool before the task is finished, the runtime answers with a message asking you to keep working. When the task is really done, end your final answer with a line that reads exactly [done]; the runtime removes that line from your answer and ends the task.";
+
+/// What the system prompt says exactly when submit-plan exists
+/// (`capabilities.plan.submit`; spec, "The grant is the tool's existence").
+pub const PLAN_GUIDANCE: &str = "When you already know the inputs of several tool calls, send them together as one submit-plan call instead of one call per turn: the steps run in order and you get every result at once. A step's output is not passed to a later step, so a call that needs an earlier result waits for the plan's result.";
 
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
@@ -285,9 +292,6 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     if !c.spawn_allow.is_empty() {
         return unsupported("capabilities.spawn.allow", "delegate-task");
     }
-    if c.plan_submit {
-        return unsupported("capabilities.plan.submit", "submit-plan");
-    }
     if m.control
         .agent_settings
         .iter()
@@ -330,6 +334,14 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     }
     if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
         inv.push(tools::background::entry());
+    }
+    if c.plan_submit {
+        let callable: Vec<String> = inv
+            .iter()
+            .map(|t| t.name.clone())
+            .filter(|n| !tools::submit_plan::NOT_IN_PLAN.contains(&n.as_str()))
+            .collect();
+        inv.push(tools::submit_plan::entry(&callable));
     }
     Ok(inv)
 }
