@@ -310,3 +310,37 @@ fn plan_example_runs_offline() {
     assert_eq!(p["ran"], 3);
     assert_eq!(p["failed"], 0);
 }
+
+#[test]
+fn the_deadline_cutting_a_step_skips_the_steps_not_begun() {
+    let script = r#"
+- tool_calls:
+    - name: submit-plan
+      input:
+        on_failure: continue
+        steps:
+          - {tool: sh, input: {args: ["-c", "sleep 30"]}}
+          - {tool: sh, input: {args: ["-c", "touch ran-after-deadline"]}}
+- text: done
+"#;
+    let c = planner("", script);
+    let run = c.run("t", &["--deadline", "2s"]);
+    assert_eq!(
+        run.one("task_end")["exit_status"],
+        "deadline",
+        "{}",
+        run.dump()
+    );
+    assert!(!c.dir.join("work/ran-after-deadline").exists());
+    let p = run.one("plan");
+    assert_eq!(p["ran"], 1);
+    assert_eq!(p["canceled"], true);
+    assert_eq!(p["steps"][1]["status"], "skipped");
+    // Only the step that began has a tool_call of its own.
+    let steps: Vec<Value> = run
+        .records("tool_call")
+        .into_iter()
+        .filter(|r| r["origin"] == "plan_step")
+        .collect();
+    assert_eq!(steps.len(), 1);
+}

@@ -245,7 +245,7 @@ impl super::Tool for SubmitPlan {
         let ran = recorded.iter().filter(|s| s["status"] != "skipped").count();
         let summary = match stopped {
             Some((_, "canceled")) => {
-                format!("plan {plan}: canceled after {ran} of {total} step(s)")
+                format!("plan {plan}: stopped by a cancel or the deadline after {ran} of {total} step(s)")
             }
             Some((at, _)) if at < total => format!(
                 "plan {plan}: step {} failed; stopped, {} step(s) skipped",
