@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
 /// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
 /// (SIGTERM to its process group, SIGKILL 2 s later), session_end is written and the
-/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur …, a
+/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur ..., a
 /// background job of a non-interactive shell) keeps ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
