@@ -19,6 +19,7 @@ pub mod manifest;
 pub mod net;
 pub mod progress;
 pub mod records;
+pub mod secrets;
 pub mod session;
 pub mod signals;
 pub mod staging;

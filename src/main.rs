@@ -51,6 +51,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, Fail> {
+    mur::exec::sandbox::harden_self();
+    // The door token is a secret wherever mur finds it (masked in every record).
+    if let Ok(t) = std::env::var("MURMUR_DOOR_TOKEN") {
+        mur::secrets::register(&t);
+    }
     match cli.command {
         Command::Run(args) if args.roster.is_some() => run_roster(args),
         Command::Run(args) => run_capsule(args),
@@ -79,8 +84,17 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                     Err(f)
                 }
                 Err(f) => Err(f),
-                Ok(_) => {
+                Ok((_, _, m)) => {
                     println!("{}: ok", args.capsule.display());
+                    if !m.capabilities.shell_allow.is_empty() {
+                        let plan = staging::sandbox_plan(&m);
+                        for line in &plan.enforced {
+                            println!("sandbox: enforced: {line}");
+                        }
+                        for line in &plan.missing {
+                            println!("sandbox: not enforced on this host: {line}");
+                        }
+                    }
                     Ok(0)
                 }
             }
@@ -318,6 +332,7 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
             .trim()
             .to_string(),
     };
+    mur::secrets::register(&token);
     if token.is_empty() {
         return Err(usage(
             "mur door needs a bearer token: give --token-file FILE or set MURMUR_DOOR_TOKEN (the door has no unauthenticated mode)",

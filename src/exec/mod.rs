@@ -39,6 +39,7 @@
 pub mod orphans;
 pub mod output;
 pub mod procs;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -268,6 +269,7 @@ pub enum SpawnError {
 /// Starts and tracks a session's commands; stops every one still running at the end.
 pub struct Supervisor {
     session: Option<String>,
+    confinement: Option<Arc<sandbox::Confinement>>,
     commands: Mutex<BTreeMap<String, Arc<Running>>>,
     events_tx: Sender<ExitEvent>,
     events_rx: Receiver<ExitEvent>,
@@ -285,6 +287,7 @@ impl Supervisor {
         let (events_tx, events_rx) = unbounded();
         Supervisor {
             session: None,
+            confinement: None,
             commands: Mutex::new(BTreeMap::new()),
             events_tx,
             events_rx,
@@ -298,6 +301,18 @@ impl Supervisor {
             session: Some(session_id.to_string()),
             ..Self::new()
         }
+    }
+
+    /// This supervisor, starting every command under `confinement`: its built
+    /// environment instead of `mur`'s, and its sandbox ([`sandbox`]).
+    pub fn confined(mut self, confinement: Arc<sandbox::Confinement>) -> Self {
+        self.confinement = Some(confinement);
+        self
+    }
+
+    /// The confinement of its commands, if any.
+    pub fn confinement(&self) -> Option<&sandbox::Confinement> {
+        self.confinement.as_deref()
     }
 
     /// The channel the reapers report leader exits on, in the order observed. It is
@@ -333,6 +348,9 @@ impl Supervisor {
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
         let mut cmd = StdCommand::new(binary);
+        if let Some(c) = &self.confinement {
+            c.apply(&mut cmd);
+        }
         cmd.args(&argv[1..])
             .current_dir(cwd)
             .env("MURMUR_WORK_ID", &work_id)
@@ -371,10 +389,11 @@ impl Supervisor {
         let st = state.clone();
         let events = self.events_tx.clone();
         let wid = work_id.clone();
+        let log = log_path.clone();
         let spawned = std::thread::Builder::new()
             .name("reaper".into())
             .stack_size(REAPER_STACK)
-            .spawn(move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid));
+            .spawn(move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid, &log));
         if let Err(source) = spawned {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = waitpid(Pid::from_raw(pgid), None);
@@ -474,6 +493,7 @@ impl Supervisor {
 }
 
 /// The reaper thread's body: `waitpid(-pgid)` until `ECHILD`.
+#[allow(clippy::too_many_arguments)]
 fn reap(
     pgid: i32,
     state: &Mutex<State>,
@@ -481,9 +501,18 @@ fn reap(
     reaped_tx: Sender<()>,
     events: &Sender<ExitEvent>,
     work_id: String,
+    log_path: &Path,
 ) {
+    // No secret of the runtime's stays in clear in the log: masked when the leader
+    // exits (before anyone is told) and again when the group is gone.
+    let mask = || {
+        if let Err(e) = output::mask_log(log_path) {
+            log::warn!("cannot mask secrets in {}: {e}", log_path.display());
+        }
+    };
     let mut exited_tx = Some(exited_tx);
     let mut report = |exit: ExitInfo| {
+        mask();
         state.lock().exit = Some((exit.clone(), Instant::now()));
         drop(exited_tx.take());
         let _ = events.send(ExitEvent {
@@ -534,5 +563,6 @@ fn reap(
         });
     }
     orphans::untrack(pgid);
+    mask();
     drop(reaped_tx);
 }

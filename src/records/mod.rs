@@ -86,6 +86,7 @@ impl Trace {
         }
         let mut line = serde_json::to_vec(&Value::Object(obj)).unwrap_or_default();
         line.push(b'\n');
+        let line = crate::secrets::mask_json_line(line);
         match self.inner.tx.lock().as_ref() {
             Some(tx) => {
                 let _ = tx.send(Line(line));

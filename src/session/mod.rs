@@ -121,6 +121,32 @@ pub enum SessionError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The confinement of its commands cannot be built (murmur.yaml(5), SANDBOX).
+    #[error("{0}")]
+    Sandbox(String),
+}
+
+/// The session's supervisor, its commands confined ([`crate::exec::sandbox`]); the
+/// credentials of every driver choice registered as secrets first.
+///
+/// Errors: the confinement cannot be built.
+fn confined_supervisor(spec: &SessionSpec) -> Result<Supervisor, SessionError> {
+    if let Some(i) = &spec.manifest.inference {
+        crate::inference::register_credentials(
+            i.choices.iter().filter_map(|(_, c)| c.credential.as_ref()),
+            &spec.staged.capsule_dir,
+        );
+    }
+    let sup = Supervisor::for_session(&spec.staged.session_id);
+    if spec.manifest.capabilities.shell_allow.is_empty() {
+        return Ok(sup);
+    }
+    let conf = crate::exec::sandbox::Confinement::new(&crate::staging::sandbox_spec(
+        &spec.manifest,
+        &spec.staged,
+    ))
+    .map_err(SessionError::Sandbox)?;
+    Ok(sup.confined(std::sync::Arc::new(conf)))
 }
 
 /// Builds the driver for a choice.
@@ -290,10 +316,11 @@ pub fn serve(
         },
     );
     let after_task = spec.manifest.after_task.unwrap_or(default_after);
+    let supervisor = confined_supervisor(&spec)?;
     let mut lp = Loop {
         spec: &spec,
         trace: trace.clone(),
-        supervisor: Supervisor::for_session(&spec.staged.session_id),
+        supervisor,
         session_shutdown: shutdown.clone(),
         shutdown,
         progress,
