@@ -215,31 +215,80 @@ fn with_no_network_grant_a_loopback_server_is_out_of_reach() {
     assert!(!t.contains("hello"), "{t}");
 }
 
+/// A non-loopback address of this machine (where a server bound to 0.0.0.0 answers),
+/// or an address of a private network when the machine has none.
+fn other_address() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|_| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip().to_string())
+        .ok()
+        .filter(|ip| ip != "0.0.0.0" && !ip.starts_with("127."))
+        .unwrap_or_else(|| "10.255.255.1".to_string())
+}
+
 #[test]
-fn with_localhost_granted_a_loopback_call_works_and_staging_says_what_is_not_filtered() {
-    let port = loopback_server();
-    let url = format!("http://127.0.0.1:{port}/");
-    let s = script(&[call("curl", &["-sS", "--max-time", "20", &url])]);
-    let c = capsule("{allow: [curl]}", "  network: {allow: [localhost]}\n", &s);
+fn with_localhost_granted_a_loopback_call_works_and_another_address_fails() {
+    let l = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    let other = other_address();
+    let s = script(&[
+        call("curl", &["-sS", "--max-time", "20", &format!("http://127.0.0.1:{port}/")]),
+        call("curl", &["-sS", "--max-time", "20", &format!("http://localhost:{port}/")]),
+        call("curl", &["-sS", "--max-time", "20", &format!("http://{other}:{port}/")]),
+        // UDP (DNS) is refused outright.
+        call("sh", &["-c", "exec 3>/dev/null; curl -sS --max-time 5 --dns-servers 127.0.0.1 http://example.invalid/ 2>&1 || perl -MIO::Socket::INET -e 'IO::Socket::INET->new(PeerAddr => \"127.0.0.1:53\", Proto => \"udp\") or die \"udp: $!\\n\"'"]),
+    ]);
+    let c = capsule(
+        "{allow: [curl, sh]}",
+        "  network: {allow: [localhost]}\n",
+        &s,
+    );
     let r = run(&c, &[]);
     assert_eq!(r.code(), 0, "{}", r.dump());
-    let t = &r.tool_texts()[0];
-    assert_eq!(exit_code(t), 0, "{t}");
     assert!(
-        t.ends_with("hello\n</untrusted-content>") || t.contains("\nhello"),
-        "{t}"
+        !r.stderr()
+            .contains("capabilities.sandbox: this kernel does not enforce"),
+        "{}",
+        r.stderr()
     );
-    // Another address is not filtered: mur says so instead of pretending.
+    let t = r.tool_texts();
+    for i in [0, 1] {
+        assert_eq!(exit_code(&t[i]), 0, "{}", t[i]);
+        assert!(t[i].contains("\nhello"), "{}", t[i]);
+    }
+    assert_ne!(exit_code(&t[2]), 0, "{other}: {}", t[2]);
+    assert!(!t[2].contains("hello"), "{}", t[2]);
+    assert!(t[3].contains("udp: Operation not permitted"), "{}", t[3]);
+}
+
+#[test]
+fn a_host_other_than_the_loopback_is_not_filtered_and_staging_says_so() {
+    let s = script(&[call("curl", &["--version"])]);
+    let c = capsule(
+        "{allow: [curl]}",
+        "  network: {allow: [api.example.com]}\n",
+        &s,
+    );
+    let r = run(&c, &[]);
+    assert_eq!(r.code(), 0, "{}", r.dump());
     assert!(
         r.stderr()
             .contains("per-host filtering of capabilities.network.allow for commands"),
         "{}",
         r.stderr()
     );
-    // ... and `required` refuses such a capsule.
     let c = capsule(
         "{allow: [curl]}",
-        "  network: {allow: [localhost]}\n  sandbox: required\n",
+        "  network: {allow: [api.example.com]}\n  sandbox: required\n",
         &s,
     );
     let r = run(&c, &[]);

@@ -36,6 +36,7 @@
 //! (`setsid`, double fork) keeps them, so the session's end can name it
 //! ([`procs::sweep`]).
 
+pub mod loopback;
 pub mod orphans;
 pub mod output;
 pub mod procs;
@@ -348,9 +349,13 @@ impl Supervisor {
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
         let mut cmd = StdCommand::new(binary);
-        if let Some(c) = &self.confinement {
-            c.apply(&mut cmd);
-        }
+        let guard = match &self.confinement {
+            Some(c) => c.apply(&mut cmd).map_err(|source| SpawnError::Start {
+                binary: binary.clone(),
+                source,
+            })?,
+            None => None,
+        };
         cmd.args(&argv[1..])
             .current_dir(cwd)
             .env("MURMUR_WORK_ID", &work_id)
@@ -379,6 +384,18 @@ impl Supervisor {
         };
         drop(cmd);
         let pgid = child.id() as i32;
+        if let Some(g) = guard {
+            // Fail closed: a command whose network guard cannot run does not run.
+            if let Err(source) = g.start() {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                let _ = waitpid(Pid::from_raw(pgid), None);
+                let _ = std::fs::remove_file(&log_path);
+                return Err(SpawnError::Start {
+                    binary: binary.clone(),
+                    source,
+                });
+            }
+        }
         orphans::track(pgid);
         drop(gate);
         // The reaper waits by pid; the std handle is not used to wait.

@@ -231,6 +231,9 @@ pub struct Plan {
     pub host: Host,
     /// Whether commands get no network (`capabilities.network.allow` empty).
     pub no_network: bool,
+    /// Whether commands get the loopback only (`capabilities.network.allow` lists
+    /// loopback names only, and the kernel can enforce it).
+    pub loopback_only: bool,
     /// One line per layer enforced.
     pub enforced: Vec<String>,
     /// One phrase per layer the capsule would get on a full kernel but not here.
@@ -241,6 +244,15 @@ impl Plan {
     /// The plan for a capsule with `mode` and `network_allow` on `host`.
     pub fn new(mode: Mode, network_allow: &[String], host: Host) -> Plan {
         let no_network = network_allow.is_empty();
+        let loopback_names = !no_network
+            && network_allow
+                .iter()
+                .all(|h| super::loopback::is_loopback_name(h));
+        let loopback_only = loopback_names
+            && mode != Mode::Off
+            && host.landlock_abi >= 4
+            && host.seccomp
+            && super::loopback::notify_filter().is_some();
         let mut enforced = Vec::new();
         let mut missing = Vec::new();
         if mode == Mode::Off {
@@ -249,6 +261,7 @@ impl Plan {
                 mode,
                 host,
                 no_network,
+                loopback_only: false,
                 enforced,
                 missing,
             };
@@ -278,13 +291,25 @@ impl Plan {
                     "Landlock TCP bind/connect rules (ABI 4, this kernel has {abi})"
                 ));
             }
+        } else if loopback_only {
+            enforced.push(
+                "network: loopback only: TCP connect and bind to 127.0.0.0/8 and ::1, made by mur on the command's behalf; every other address refused; UDP, raw and other IP sockets refused"
+                    .into(),
+            );
+        } else if loopback_names {
+            enforced.push("network: the host's network".into());
+            missing.push(format!(
+                "loopback-only network (needs Landlock ABI 4 and seccomp; this kernel has Landlock ABI {}{})",
+                host.landlock_abi,
+                if host.seccomp { "" } else { ", no seccomp" }
+            ));
         } else {
             enforced.push(format!(
                 "network: the host's network (capabilities.network.allow lists {})",
                 network_allow.join(", ")
             ));
             missing.push(
-                "per-host filtering of capabilities.network.allow for commands (mur does not implement it: with any host listed, commands reach every host)"
+                "per-host filtering of capabilities.network.allow for commands (mur filters only the loopback: with another host listed, commands reach every host)"
                     .to_string(),
             );
         }
@@ -310,6 +335,7 @@ impl Plan {
             mode,
             host,
             no_network,
+            loopback_only,
             enforced,
             missing,
         }
@@ -358,6 +384,7 @@ pub struct Confinement {
     plan: Plan,
     ruleset: Option<OwnedFd>,
     filters: Arc<Vec<Vec<seccompiler::sock_filter>>>,
+    notify: Option<Arc<Vec<libc::sock_filter>>>,
 }
 
 impl std::fmt::Debug for Confinement {
@@ -422,6 +449,7 @@ impl Confinement {
                 plan,
                 ruleset: None,
                 filters: Arc::new(Vec::new()),
+                notify: None,
             });
         }
         let ruleset = if plan.host.landlock_abi >= 1 {
@@ -433,15 +461,21 @@ impl Confinement {
             None
         };
         let filters = if plan.host.seccomp {
-            filters(plan.no_network)?
+            filters(plan.no_network, plan.loopback_only)?
         } else {
             Vec::new()
+        };
+        let notify = if plan.loopback_only {
+            super::loopback::notify_filter().map(Arc::new)
+        } else {
+            None
         };
         Ok(Confinement {
             env,
             plan,
             ruleset,
             filters: Arc::new(filters),
+            notify,
         })
     }
 
@@ -456,13 +490,29 @@ impl Confinement {
     }
 
     /// Sets `cmd`'s environment and, unless the mode is `off`, the sandbox applied in
-    /// the child between `fork` and `exec`.
-    pub fn apply(&self, cmd: &mut Command) {
+    /// the child between `fork` and `exec`. Under a loopback-only network, returns the
+    /// guard to start once the command is spawned ([`super::loopback::Pending::start`]).
+    ///
+    /// Errors: the loopback guard's socket pair cannot be created.
+    pub fn apply(&self, cmd: &mut Command) -> io::Result<Option<super::loopback::Pending>> {
         cmd.env_clear();
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if self.plan.mode == Mode::Off {
-            return;
+            return Ok(None);
         }
+        let (mut handoff, pending) = match &self.notify {
+            Some(_) => {
+                let (h, p) = super::loopback::handoff()?;
+                (Some(h), Some(p))
+            }
+            None => (None, None),
+        };
+        let notify = self.notify.clone();
+        let notify_prog = notify.as_ref().map(|f| libc::sock_fprog {
+            len: f.len() as u16,
+            filter: f.as_ptr() as *mut libc::sock_filter,
+        });
+        let notify = SendProg(notify_prog, notify);
         let fd = self.ruleset.as_ref().map(|f| f.as_raw_fd());
         let filters = self.filters.clone();
         // Prepared before the fork: the programs' lengths and addresses.
@@ -503,11 +553,26 @@ impl Confinement {
                         return Err(io::Error::last_os_error());
                     }
                 }
+                let n = &notify;
+                if let (Some(h), Some(p)) = (handoff.as_mut(), n.0.as_ref()) {
+                    h.send_listener(p)?;
+                }
                 Ok(())
             });
         }
+        Ok(pending)
     }
 }
+
+/// The notify program and the storage it points into.
+struct SendProg(
+    Option<libc::sock_fprog>,
+    #[allow(dead_code)] Option<Arc<Vec<libc::sock_filter>>>,
+);
+
+// SAFETY: the raw pointer points into the Arc'd storage carried along, never mutated.
+unsafe impl Send for SendProg {}
+unsafe impl Sync for SendProg {}
 
 /// The seccomp programs and the storage they point into.
 struct SendProgs(
@@ -536,7 +601,7 @@ fn ruleset(spec: &Spec, plan: &Plan) -> Result<OwnedFd, landlock::RulesetError> 
     let mut rs = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?;
-    if plan.no_network && plan.host.landlock_abi >= 4 {
+    if (plan.no_network || plan.loopback_only) && plan.host.landlock_abi >= 4 {
         rs = rs.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
     }
     if plan.host.landlock_abi >= 6 {
@@ -586,7 +651,7 @@ fn add(
 /// and packet families when there is no network, `clone(2)` with a namespace flag
 /// (`EPERM`); and `clone3(2)` answered `ENOSYS` (its flags are out of a filter's reach;
 /// the C library falls back to `clone`).
-fn filters(no_network: bool) -> Result<Vec<Vec<seccompiler::sock_filter>>, String> {
+fn filters(no_network: bool, loopback: bool) -> Result<Vec<Vec<seccompiler::sock_filter>>, String> {
     let arch = match std::env::consts::ARCH {
         "x86_64" => TargetArch::x86_64,
         "aarch64" => TargetArch::aarch64,
@@ -608,6 +673,69 @@ fn filters(no_network: bool) -> Result<Vec<Vec<seccompiler::sock_filter>>, Strin
             socket.push(SeccompRule::new(vec![c]).map_err(e)?);
         }
         rules.insert(libc::SYS_socket, socket);
+    }
+    if loopback {
+        // TCP only: every IP socket of another type or protocol is refused, as are
+        // packet sockets and TCP Fast Open sends (which connect without connect(2)).
+        let cond = |arg: u8, op: SeccompCmpOp, v: u64| {
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).map_err(e)
+        };
+        let mut socket = Vec::new();
+        socket.push(
+            SeccompRule::new(vec![cond(0, SeccompCmpOp::Eq, libc::AF_PACKET as u64)?])
+                .map_err(e)?,
+        );
+        for fam in [libc::AF_INET, libc::AF_INET6] {
+            let fam = fam as u64;
+            for ty in [
+                libc::SOCK_DGRAM,
+                libc::SOCK_RAW,
+                libc::SOCK_RDM,
+                libc::SOCK_SEQPACKET,
+                6,
+                10,
+            ] {
+                socket.push(
+                    SeccompRule::new(vec![
+                        cond(0, SeccompCmpOp::Eq, fam)?,
+                        cond(1, SeccompCmpOp::MaskedEq(0xf), ty as u64)?,
+                    ])
+                    .map_err(e)?,
+                );
+            }
+            socket.push(
+                SeccompRule::new(vec![
+                    cond(0, SeccompCmpOp::Eq, fam)?,
+                    cond(2, SeccompCmpOp::Gt, libc::IPPROTO_TCP as u64)?,
+                ])
+                .map_err(e)?,
+            );
+            socket.push(
+                SeccompRule::new(vec![
+                    cond(0, SeccompCmpOp::Eq, fam)?,
+                    cond(2, SeccompCmpOp::Ge, 1)?,
+                    cond(2, SeccompCmpOp::Lt, libc::IPPROTO_TCP as u64)?,
+                ])
+                .map_err(e)?,
+            );
+        }
+        rules.insert(libc::SYS_socket, socket);
+        let fastopen = libc::MSG_FASTOPEN as u64;
+        for (nr, arg) in [
+            (libc::SYS_sendto, 3u8),
+            (libc::SYS_sendmsg, 2),
+            (libc::SYS_sendmmsg, 3),
+        ] {
+            rules.insert(
+                nr,
+                vec![SeccompRule::new(vec![cond(
+                    arg,
+                    SeccompCmpOp::MaskedEq(fastopen),
+                    fastopen,
+                )?])
+                .map_err(e)?],
+            );
+        }
     }
     let mut clone_rules = Vec::new();
     for flag in [
