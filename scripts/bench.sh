@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints mur's benchmark figures (ratios side by side in one run): shell tool vs raw
 # spawn and cold start; background commands; call-member round trip; door vs the A2A
-# SDK server (needs the venv of scripts/venv.sh).
+# SDK server (needs the venv of scripts/venv.sh); confined vs unconfined spawn.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MUR_TEST_VENV="$(scripts/venv.sh)"
@@ -10,3 +10,4 @@ cargo bench --locked --bench run
 cargo bench --locked --bench background
 cargo bench --locked --bench formation
 cargo bench --locked --bench door
+cargo bench --locked --bench confine
