@@ -22,7 +22,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn time_supervised(sup: &Supervisor, argv: &[String], dir: &std::path::Path, logs: &std::path::Path) -> f64 {
+fn time_supervised(
+    sup: &Supervisor,
+    argv: &[String],
+    dir: &std::path::Path,
+    logs: &std::path::Path,
+) -> f64 {
     let t = Instant::now();
     let r = sup.spawn(argv, dir, logs).expect("spawn");
     let _ = r.exited().recv();

@@ -4,7 +4,7 @@
 //! Landlock (ABI ≥ 4) refuses every TCP `connect` and `bind` the command makes itself,
 //! and the seccomp filter refuses every IP socket but TCP ([`super::sandbox`]). One more
 //! seccomp filter turns `connect(2)` and `bind(2)` into user notifications that `mur`
-//! answers on a thread of its own per command ([`Guard`]):
+//! answers on a thread of its own per command ([`Pending::start`]):
 //!
 //! - an IPv4 address in 127.0.0.0/8, or IPv6 `::1` or `::ffff:127.x.y.z`: `mur` takes a
 //!   duplicate of the command's socket (`pidfd_getfd`) and makes the `connect` or

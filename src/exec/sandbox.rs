@@ -33,13 +33,17 @@
 //! - Network: with `capabilities.network.allow` absent or empty, the seccomp filter
 //!   refuses `socket(2)` for `AF_INET`, `AF_INET6` and `AF_PACKET` (every TCP, UDP, DNS
 //!   and raw packet), and from Landlock ABI 4 the ruleset refuses every TCP `bind` and
-//!   `connect` too. Unix sockets stay open: from ABI 6 abstract ones created outside
-//!   the command are out of reach; a socket file is reachable where the file system
-//!   rules let it be seen. With hosts listed, commands get the host's network: the
-//!   list is not enforced per host for commands (staging warns).
+//!   `connect` too. With loopback names only, [`super::loopback`]: TCP to the loopback
+//!   through `mur`, nothing else. Unix sockets stay open: from ABI 6 abstract ones
+//!   created outside the command are out of reach; a socket file is reachable where the
+//!   file system rules let it be seen. With another host listed, commands get the
+//!   host's network: the list is not enforced per host for commands (staging warns).
 //! - Processes: from ABI 6 a command cannot signal a process outside its own sandbox;
-//!   Landlock (any ABI) refuses `ptrace` of processes outside it, and the seccomp
-//!   filter refuses `ptrace` altogether (with [`DENIED_SYSCALLS`]).
+//!   the seccomp filter refuses `ptrace` altogether (with [`DENIED_SYSCALLS`]). No
+//!   `/proc/<pid>` is readable (a kernel tested let a confined command read `mur`'s
+//!   `/proc/<pid>/environ` although Landlock documents a ptrace scope; `mur` does not
+//!   rely on it: [`harden_self`], and `/proc` left out of [`SYSTEM_READ`] but for a few
+//!   global files).
 //!
 //! `capabilities.sandbox` says what happens where the kernel lacks a feature:
 //! `best_effort` (the default) runs without it after one warning at staging,
