@@ -3,8 +3,9 @@
 //!
 //! Landlock (ABI ≥ 4) refuses every TCP `connect` and `bind` the command makes itself,
 //! and the seccomp filter refuses every IP socket but TCP ([`super::sandbox`]). One more
-//! seccomp filter turns `connect(2)` and `bind(2)` into user notifications that `mur`
-//! answers on a thread of its own per command ([`Pending::start`]):
+//! seccomp filter, installed on the session's launcher thread and so inherited by every
+//! command it starts, turns `connect(2)` and `bind(2)` into user notifications that
+//! `mur` answers on one unconfined thread per session ([`serve`]):
 //!
 //! - an IPv4 address in 127.0.0.0/8, or IPv6 `::1` or `::ffff:127.x.y.z`: `mur` takes a
 //!   duplicate of the command's socket (`pidfd_getfd`) and makes the `connect` or
@@ -22,7 +23,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::net::UnixDatagram;
 
 /// Whether `host` (an entry of `capabilities.network.allow`) names the loopback.
 pub fn is_loopback_name(host: &str) -> bool {
@@ -73,149 +73,10 @@ pub fn notify_filter() -> Option<Vec<libc::sock_filter>> {
     ])
 }
 
-/// What the child needs to hand its listener to `mur`: the socket and a message
-/// buffer prepared before the fork (the child only writes the fd number into it).
-pub struct Handoff {
-    child_end: UnixDatagram,
-    buf: Box<MsgBuf>,
-}
-
-#[repr(C)]
-struct MsgBuf {
-    msg: libc::msghdr,
-    iov: libc::iovec,
-    byte: u8,
-    // Room for one SCM_RIGHTS control message holding one int, aligned for cmsghdr.
-    cmsg: [u64; 4],
-}
-
-/// The parent's side until the child has started.
-pub struct Pending {
-    parent_end: UnixDatagram,
-}
-
-/// A pair of handoff ends.
-///
-/// Errors: the socket pair cannot be created.
-pub fn handoff() -> io::Result<(Handoff, Pending)> {
-    let (a, b) = UnixDatagram::pair()?;
-    // SAFETY: all-zero is a valid value for these C structs.
-    let mut buf: Box<MsgBuf> = Box::new(unsafe { std::mem::zeroed() });
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    if space > std::mem::size_of::<[u64; 4]>() {
-        return Err(io::Error::other(
-            "the control message does not fit its buffer",
-        ));
-    }
-    buf.iov.iov_base = (&mut buf.byte) as *mut u8 as *mut libc::c_void;
-    buf.iov.iov_len = 1;
-    buf.msg.msg_iov = &mut buf.iov;
-    buf.msg.msg_iovlen = 1;
-    buf.msg.msg_control = buf.cmsg.as_mut_ptr() as *mut libc::c_void;
-    buf.msg.msg_controllen = space as _;
-    // SAFETY: the control buffer is large enough for one header (checked above).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&buf.msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-    }
-    Ok((Handoff { child_end: b, buf }, Pending { parent_end: a }))
-}
-
-impl Handoff {
-    /// In the child, between fork and exec: installs `filter` with a new listener and
-    /// sends the listener to the parent. Async-signal-safe: raw system calls on
-    /// memory prepared before the fork.
-    ///
-    /// # Safety
-    ///
-    /// Only to be called in the child of a fork, with `prog` pointing at a live
-    /// program.
-    pub unsafe fn send_listener(&mut self, prog: *const libc::sock_fprog) -> io::Result<()> {
-        // SAFETY: raw system calls; the buffers live in this struct.
-        unsafe {
-            let lfd = libc::syscall(
-                libc::SYS_seccomp,
-                1u32, // SECCOMP_SET_MODE_FILTER
-                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32,
-                prog,
-            );
-            if lfd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let lfd = lfd as libc::c_int;
-            let c = libc::CMSG_FIRSTHDR(&self.buf.msg);
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, lfd);
-            let r = libc::sendmsg(self.child_end.as_raw_fd(), &self.buf.msg, 0);
-            let err = io::Error::last_os_error();
-            libc::close(lfd);
-            if r < 0 {
-                return Err(err);
-            }
-        }
-        Ok(())
-    }
-}
-
-// SAFETY: the raw pointers in MsgBuf point into the same heap allocation, which moves
-// with the Box (its address does not change).
-unsafe impl Send for Handoff {}
-unsafe impl Sync for Handoff {}
-
-impl Pending {
-    /// After the spawn: receives the command's listener and starts the thread that
-    /// answers its `connect` and `bind` calls until the command and everything it
-    /// started are gone.
-    ///
-    /// Errors: no listener arrived, or the thread cannot be started.
-    pub fn start(self) -> io::Result<()> {
-        self.parent_end.set_nonblocking(true)?;
-        // SAFETY: all-zero is a valid value for these C structs.
-        let mut byte = 0u8;
-        let mut iov = libc::iovec {
-            iov_base: (&mut byte) as *mut u8 as *mut libc::c_void,
-            iov_len: 1,
-        };
-        let mut cmsg = [0u64; 4];
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cmsg.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
-        // SAFETY: recvmsg into buffers that live on this stack.
-        let r = unsafe {
-            libc::recvmsg(
-                self.parent_end.as_raw_fd(),
-                &mut msg,
-                libc::MSG_CMSG_CLOEXEC,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the kernel filled msg's control buffer.
-        let fd = unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            if c.is_null() || (*c).cmsg_type != libc::SCM_RIGHTS {
-                return Err(io::Error::other(
-                    "no seccomp listener came from the command",
-                ));
-            }
-            std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int)
-        };
-        // SAFETY: the fd just arrived and is ours.
-        let listener = unsafe { OwnedFd::from_raw_fd(fd) };
-        std::thread::Builder::new()
-            .name("netguard".into())
-            .stack_size(64 * 1024)
-            .spawn(move || serve(listener))?;
-        Ok(())
-    }
-}
-
-/// Answers notifications until the listener hangs up (no process uses the filter).
-fn serve(listener: OwnedFd) {
+/// Answers the notifications of `listener` until it hangs up (no thread or process
+/// uses the filter any more: the launcher thread and every command it started are
+/// gone).
+pub fn serve(listener: OwnedFd) {
     let lfd = listener.as_raw_fd();
     loop {
         let mut p = libc::pollfd {

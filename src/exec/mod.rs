@@ -348,13 +348,14 @@ impl Supervisor {
             .open(&log_path)
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
-        let mut cmd = StdCommand::new(binary);
-        let guard = match &self.confinement {
-            Some(c) => c.apply(&mut cmd).map_err(|source| SpawnError::Start {
-                binary: binary.clone(),
-                source,
-            })?,
-            None => None,
+        let mut cmd = match &self.confinement {
+            Some(c) => {
+                let mut cmd = StdCommand::new(c.program(binary));
+                cmd.arg0(binary);
+                c.apply(&mut cmd);
+                cmd
+            }
+            None => StdCommand::new(binary),
         };
         cmd.args(&argv[1..])
             .current_dir(cwd)
@@ -372,7 +373,16 @@ impl Supervisor {
         // short one end) before spawn() returns, so a clock started after it would
         // read short (elapsed_secs one second low for `sleep 2` on a busy machine).
         let started = Instant::now();
-        let child = match cmd.spawn() {
+        let spawned = match &self.confinement {
+            Some(c) => c.spawn(cmd),
+            None => {
+                // The Command holds the log's descriptors: it goes before the reaper
+                // starts.
+                let mut cmd = cmd;
+                cmd.spawn()
+            }
+        };
+        let child = match spawned {
             Ok(c) => c,
             Err(source) => {
                 let _ = std::fs::remove_file(&log_path);
@@ -382,20 +392,7 @@ impl Supervisor {
                 });
             }
         };
-        drop(cmd);
         let pgid = child.id() as i32;
-        if let Some(g) = guard {
-            // Fail closed: a command whose network guard cannot run does not run.
-            if let Err(source) = g.start() {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                let _ = waitpid(Pid::from_raw(pgid), None);
-                let _ = std::fs::remove_file(&log_path);
-                return Err(SpawnError::Start {
-                    binary: binary.clone(),
-                    source,
-                });
-            }
-        }
         orphans::track(pgid);
         drop(gate);
         // The reaper waits by pid; the std handle is not used to wait.
