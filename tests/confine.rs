@@ -136,6 +136,34 @@ fn a_command_sees_no_credential_and_no_secret_lands_in_the_records() {
 }
 
 #[test]
+fn an_answer_holding_a_secret_is_masked_in_out() {
+    let s = format!("- text: \"the key is {KEY}\"\n");
+    let c = capsule("{allow: [cat]}", "", &s);
+    let r = run(&c, &[]);
+    assert_eq!(r.code(), 0, "{}", r.dump());
+    assert_eq!(r.result_txt(), "the key is [masked]");
+    assert_eq!(files_containing(&c.records, KEY), Vec::<String>::new());
+}
+
+#[test]
+fn a_path_in_shell_read_is_readable_and_nothing_beside_it() {
+    let s = script(&[
+        call("cat", &["../data/facts.txt"]),
+        call("sh", &["-c", "echo x > ../data/new.txt"]),
+        call("cat", &["../replies.yaml"]),
+    ]);
+    let c = capsule("{allow: [cat, sh], read: [data]}", "", &s).file("data/facts.txt", "a fact\n");
+    let r = run(&c, &[]);
+    assert_eq!(r.code(), 0, "{}", r.dump());
+    let t = r.tool_texts();
+    assert_eq!(exit_code(&t[0]), 0, "{}", t[0]);
+    assert!(t[0].contains("a fact"), "{}", t[0]);
+    assert_ne!(exit_code(&t[1]), 0, "read-only: {}", t[1]);
+    assert!(!c.dir.join("data/new.txt").exists());
+    assert_ne!(exit_code(&t[2]), 0, "{}", t[2]);
+}
+
+#[test]
 fn a_credential_named_in_shell_env_is_passed_but_still_masked_in_the_records() {
     let s = script(&[call("sh", &["-c", "echo \"key=$OPENAI_API_KEY\""])]);
     let c = capsule("{allow: [sh], env: [OPENAI_API_KEY]}", "", &s);
