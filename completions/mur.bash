@@ -22,14 +22,23 @@ _mur() {
             mur,door)
                 cmd="mur__subcmd__door"
                 ;;
+            mur,gc)
+                cmd="mur__subcmd__gc"
+                ;;
             mur,help)
                 cmd="mur__subcmd__help"
                 ;;
             mur,run)
                 cmd="mur__subcmd__run"
                 ;;
+            mur,sessions)
+                cmd="mur__subcmd__sessions"
+                ;;
             mur,stage)
                 cmd="mur__subcmd__stage"
+                ;;
+            mur,trace)
+                cmd="mur__subcmd__trace"
                 ;;
             mur__subcmd__help,check)
                 cmd="mur__subcmd__help__subcmd__check"
@@ -37,14 +46,23 @@ _mur() {
             mur__subcmd__help,door)
                 cmd="mur__subcmd__help__subcmd__door"
                 ;;
+            mur__subcmd__help,gc)
+                cmd="mur__subcmd__help__subcmd__gc"
+                ;;
             mur__subcmd__help,help)
                 cmd="mur__subcmd__help__subcmd__help"
                 ;;
             mur__subcmd__help,run)
                 cmd="mur__subcmd__help__subcmd__run"
                 ;;
+            mur__subcmd__help,sessions)
+                cmd="mur__subcmd__help__subcmd__sessions"
+                ;;
             mur__subcmd__help,stage)
                 cmd="mur__subcmd__help__subcmd__stage"
+                ;;
+            mur__subcmd__help,trace)
+                cmd="mur__subcmd__help__subcmd__trace"
                 ;;
             *)
                 ;;
@@ -53,7 +71,7 @@ _mur() {
 
     case "${cmd}" in
         mur)
-            opts="-h -V --help --version run door check stage help"
+            opts="-h -V --help --version run door check stage trace sessions gc help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -85,7 +103,7 @@ _mur() {
             return 0
             ;;
         mur__subcmd__door)
-            opts="-h -V --listen --token-file --records-dir --help --version"
+            opts="-h -V --listen --token-file --records-dir --keep-runtime --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -110,8 +128,26 @@ _mur() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mur__subcmd__gc)
+            opts="-h -V --older-than --dry-run --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --older-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mur__subcmd__help)
-            opts="run door check stage help"
+            opts="run door check stage trace sessions gc help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -139,6 +175,20 @@ _mur() {
             return 0
             ;;
         mur__subcmd__help__subcmd__door)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mur__subcmd__help__subcmd__gc)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -180,6 +230,20 @@ _mur() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mur__subcmd__help__subcmd__sessions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mur__subcmd__help__subcmd__stage)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -194,8 +258,22 @@ _mur() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mur__subcmd__help__subcmd__trace)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mur__subcmd__run)
-            opts="-h -V --roster --task --task-file --deadline --driver --records-dir --help --version"
+            opts="-h -V --roster --task --task-file --deadline --driver --records-dir --json --keep-runtime --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -232,6 +310,28 @@ _mur() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mur__subcmd__sessions)
+            opts="-n -h -V --json --limit --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mur__subcmd__stage)
             opts="-h -V --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -239,6 +339,24 @@ _mur() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mur__subcmd__trace)
+            opts="-f -h -V --json --type --full --follow --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

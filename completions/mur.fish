@@ -30,6 +30,9 @@ complete -c mur -n "__fish_mur_needs_command" -f -a "run" -d 'Run one task in a 
 complete -c mur -n "__fish_mur_needs_command" -f -a "door" -d 'Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a formation on another machine, can give it tasks'
 complete -c mur -n "__fish_mur_needs_command" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
 complete -c mur -n "__fish_mur_needs_command" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
+complete -c mur -n "__fish_mur_needs_command" -f -a "trace" -d 'Show one session\'s trace as the conversation, or its records as JSON lines'
+complete -c mur -n "__fish_mur_needs_command" -f -a "sessions" -d 'List recent sessions, newest first'
+complete -c mur -n "__fish_mur_needs_command" -f -a "gc" -d 'Remove old records and leftover runtime directories, printing what it frees'
 complete -c mur -n "__fish_mur_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c mur -n "__fish_mur_using_subcommand run" -l roster -d 'Run the formation described by FILE (roster.yaml) and give the task to its entry member. Capsule paths in it are relative to the roster\'s directory' -r -F
 complete -c mur -n "__fish_mur_using_subcommand run" -l task -d 'The task text' -r
@@ -37,11 +40,14 @@ complete -c mur -n "__fish_mur_using_subcommand run" -l task-file -d 'Read the t
 complete -c mur -n "__fish_mur_using_subcommand run" -l deadline -d 'When the runtime ends the session: an RFC 3339 time (2026-10-20T14:00:00Z) or a duration from now (90s, 15m, 2h). Default: no deadline' -r
 complete -c mur -n "__fish_mur_using_subcommand run" -l driver -d 'The driver choice (a key of inference.choices) that serves the session. Default: inference.driver' -r
 complete -c mur -n "__fish_mur_using_subcommand run" -l records-dir -d 'Make DIR itself the session\'s records directory (trace.jsonl, logs/, out/) instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
+complete -c mur -n "__fish_mur_using_subcommand run" -l json -d 'Print the session\'s records on stdout as JSON lines while it runs, as trace.jsonl has them, then one last line {"type": "result", ...} with the answer; no progress line. See mur-run(1), JSON OUTPUT'
+complete -c mur -n "__fish_mur_using_subcommand run" -l keep-runtime -d 'Keep the runtime directory (`$MURMUR_HOME/run/<session id>`) after the session instead of removing it; `mur gc` removes it later'
 complete -c mur -n "__fish_mur_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand run" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand door" -l listen -d 'The address to listen on, IP:PORT. Port 0 picks a free port. Default: 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines)' -r
 complete -c mur -n "__fish_mur_using_subcommand door" -l token-file -d 'Read the bearer token from the first line of FILE. Default: the environment variable MURMUR_DOOR_TOKEN' -r -F
 complete -c mur -n "__fish_mur_using_subcommand door" -l records-dir -d 'Write the session\'s records under DIR instead of `$MURMUR_HOME/records/<capsule path>/<session id>`' -r -F
+complete -c mur -n "__fish_mur_using_subcommand door" -l keep-runtime -d 'Keep the runtime directory after the session instead of removing it'
 complete -c mur -n "__fish_mur_using_subcommand door" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand door" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand check" -l roster -d 'Check a formation instead: the roster.yaml and every local member\'s capsule, without starting anything' -r -F
@@ -49,8 +55,25 @@ complete -c mur -n "__fish_mur_using_subcommand check" -s h -l help -d 'Print he
 complete -c mur -n "__fish_mur_using_subcommand check" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s V -l version -d 'Print version'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "run" -d 'Run one task in a capsule and print the answer'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "door" -d 'Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a formation on another machine, can give it tasks'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
-complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mur -n "__fish_mur_using_subcommand trace" -l type -d 'Only records of TYPE (repeat it or separate types by commas), e.g. tool_call' -r
+complete -c mur -n "__fish_mur_using_subcommand trace" -l json -d 'Print the records as JSON lines, unchanged (filtered by --type)'
+complete -c mur -n "__fish_mur_using_subcommand trace" -l full -d 'Show tool results, tool inputs and member answers whole instead of cut'
+complete -c mur -n "__fish_mur_using_subcommand trace" -s f -l follow -d 'Keep printing records as the session writes them, like tail -f, until its session_end (or until its mur is gone)'
+complete -c mur -n "__fish_mur_using_subcommand trace" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand trace" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand sessions" -s n -l limit -d 'List at most N sessions' -r
+complete -c mur -n "__fish_mur_using_subcommand sessions" -l json -d 'Print one JSON object per session per line instead of the table'
+complete -c mur -n "__fish_mur_using_subcommand sessions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand sessions" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand gc" -l older-than -d 'Remove what was last written longer ago than DURATION (90s, 12h, 7d; 0 removes everything that is not running)' -r
+complete -c mur -n "__fish_mur_using_subcommand gc" -l dry-run -d 'Print what would be removed and the total, remove nothing'
+complete -c mur -n "__fish_mur_using_subcommand gc" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mur -n "__fish_mur_using_subcommand gc" -s V -l version -d 'Print version'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "run" -d 'Run one task in a capsule and print the answer'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "door" -d 'Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a formation on another machine, can give it tasks'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "check" -d 'Validate a capsule\'s murmur.yaml and print every error'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "stage" -d 'Stage a capsule: write its runtime directory and print the tool inventory'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "trace" -d 'Show one session\'s trace as the conversation, or its records as JSON lines'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "sessions" -d 'List recent sessions, newest first'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "gc" -d 'Remove old records and leftover runtime directories, printing what it frees'
+complete -c mur -n "__fish_mur_using_subcommand help; and not __fish_seen_subcommand_from run door check stage trace sessions gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

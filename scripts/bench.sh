@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints mur's benchmark figures (ratios side by side in one run): shell tool vs raw
 # spawn and cold start; background commands; call-member round trip; door vs the A2A
-# SDK server (needs the venv of scripts/venv.sh); confined vs unconfined spawn.
+# SDK server (needs the venv of scripts/venv.sh); mur trace over 100 000 records (time,
+# peak RSS); confined vs unconfined spawn.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MUR_TEST_VENV="$(scripts/venv.sh)"
@@ -10,4 +11,5 @@ cargo bench --locked --bench run
 cargo bench --locked --bench background
 cargo bench --locked --bench formation
 cargo bench --locked --bench door
+cargo bench --locked --bench trace
 cargo bench --locked --bench confine

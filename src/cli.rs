@@ -38,6 +38,13 @@ pub enum Command {
     /// $ mur run examples/hello --task "How many files are there?"
     ///
     /// $ mur run --roster examples/formation/roster.yaml --task "Review notes.txt"
+    ///
+    /// After the answer, one line on stderr names the session and its records
+    /// directory: `mur: session ses_...: records in DIR`; `mur trace latest` shows it.
+    #[command(
+        after_long_help = RUN_JSON_OUTPUT,
+        override_usage = "mur run [OPTIONS] [CAPSULE]\n       mur run --roster <FILE> [OPTIONS]"
+    )]
     Run(RunArgs),
     /// Serve one capsule as a standalone A2A agent (a door), so any A2A client, or a
     /// formation on another machine, can give it tasks.
@@ -75,15 +82,82 @@ pub enum Command {
     /// FILE: KEY.PATH: MESSAGE. Exit status 0 when the capsule is valid, 2 otherwise.
     ///
     /// $ mur check examples/hello
+    #[command(override_usage = "mur check [CAPSULE]\n       mur check --roster <FILE>")]
     Check(CheckArgs),
     /// Stage a capsule: write its runtime directory and print the tool inventory.
     ///
     /// $ mur stage examples/hello
     Stage(StageArgs),
+    /// Show one session's trace as the conversation, or its records as JSON lines.
+    ///
+    /// SESSION is `latest` (the default: the newest session, by the link
+    /// $MURMUR_HOME/records/latest), a session id or an unambiguous prefix of one (with
+    /// or without `ses_`, looked up under $MURMUR_HOME/records), or a records directory
+    /// (or its trace.jsonl) anywhere, such as one given to `mur run --records-dir`.
+    ///
+    /// The view shows the task, each model turn's text and tool calls with their
+    /// inputs, each tool result as the model saw it (cut to 12 lines and 2000 bytes;
+    /// --full shows it whole), member calls and their answers, continuations, the task's
+    /// and the session's end, each with the time since the session started
+    /// (+MM:SS.mmm) and its duration. Colour only on a terminal, never with NO_COLOR
+    /// set. A record of a type this build does not know is shown raw; a last line cut
+    /// short (a killed mur) is shown as such. Exit status 0, or 2 when SESSION names no
+    /// session's records.
+    ///
+    /// $ mur trace
+    ///
+    /// $ mur trace ses_01j9 --type tool_call --full
+    ///
+    /// $ mur trace latest --json --type inference | jq .output_tokens
+    Trace(TraceArgs),
+    /// List recent sessions, newest first.
+    ///
+    /// One row per session found under $MURMUR_HOME/records: id, capsule, start (UTC),
+    /// duration, status (session_end's exit_status; `running` while its mur runs;
+    /// `unfinished` when its mur ended without session_end), turns (model calls),
+    /// tokens (input plus output) and the records directory. Sessions run with
+    /// --records-dir outside $MURMUR_HOME are not listed (read them with mur trace DIR).
+    ///
+    /// $ mur sessions
+    ///
+    /// $ mur sessions examples/hello --json
+    Sessions(SessionsArgs),
+    /// Remove old records and leftover runtime directories, printing what it frees.
+    ///
+    /// Removes each session's records directory under $MURMUR_HOME/records whose
+    /// trace.jsonl was last written longer ago than --older-than, each runtime directory
+    /// under $MURMUR_HOME/run (kept with --keep-runtime, written by mur stage, or left
+    /// by a mur that was killed) last changed longer ago than that, the directories left
+    /// empty and the `latest` links whose session is gone. A running session's records
+    /// and runtime directory are never removed. Prints one line per directory and the
+    /// total freed.
+    ///
+    /// $ mur gc --older-than 7d --dry-run
+    Gc(GcArgs),
     /// Generate man pages or shell completions from this binary's own CLI definition.
     #[command(hide = true)]
     Generate(GenerateArgs),
 }
+
+/// The JSON OUTPUT section of mur-run(1): the schema of `mur run --json`.
+pub const RUN_JSON_OUTPUT: &str = "JSON OUTPUT
+
+With --json, stdout carries JSON lines only, for CI and scripts, and the progress line \
+is off. First every record of the session, each line exactly as trace.jsonl has it, \
+written while the session runs: {\"ts\": RFC 3339 UTC with ms, \"seq\": 1, 2, ..., \
+\"session\": \"ses_...\", \"task\": \"tsk_...\" or null, \"type\": the record type, ...its \
+fields} (session_start, task_start, inference, tool_call, ..., task_end, session_end; \
+see mur trace and the README's Records section). Then one last line:
+
+{\"type\": \"result\", \"session\": \"ses_...\", \"task\": \"tsk_...\", \"exit_status\": \
+\"completed\" (or failed, no_answer, canceled, deadline, max_turns, spend_ceiling), \
+\"exit_code\": the exit status of mur, \"answer\": the answer or null, \"error\": why \
+there is none or null, \"records_dir\": the records directory}
+
+The answer is not printed on its own. Diagnostics and the session line stay on \
+stderr. With --roster the entry member's records are printed when the formation ends. \
+A record type this build does not write yet may appear in later versions: skip the \
+types you do not know.";
 
 /// `mur run`.
 #[derive(Debug, Args)]
@@ -113,6 +187,62 @@ pub struct RunArgs {
     /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,
+    /// Print the session's records on stdout as JSON lines while it runs, as
+    /// trace.jsonl has them, then one last line {"type": "result", ...} with the answer;
+    /// no progress line. See mur-run(1), JSON OUTPUT.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the runtime directory (`$MURMUR_HOME/run/<session id>`) after the session
+    /// instead of removing it; `mur gc` removes it later.
+    #[arg(long)]
+    pub keep_runtime: bool,
+}
+
+/// `mur trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// `latest`, a session id (or an unambiguous prefix), or a records directory.
+    #[arg(value_name = "SESSION|RECORDS_DIR|latest", default_value = "latest")]
+    pub session: String,
+    /// Print the records as JSON lines, unchanged (filtered by --type).
+    #[arg(long)]
+    pub json: bool,
+    /// Only records of TYPE (repeat it or separate types by commas), e.g. tool_call.
+    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Show tool results, tool inputs and member answers whole instead of cut.
+    #[arg(long)]
+    pub full: bool,
+    /// Keep printing records as the session writes them, like tail -f, until its
+    /// session_end (or until its mur is gone).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+/// `mur sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Only this capsule's sessions: its directory (or murmur.yaml), or its name.
+    #[arg(value_name = "CAPSULE")]
+    pub capsule: Option<String>,
+    /// Print one JSON object per session per line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// List at most N sessions.
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+}
+
+/// `mur gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Remove what was last written longer ago than DURATION (90s, 12h, 7d; 0 removes
+    /// everything that is not running).
+    #[arg(long, value_name = "DURATION", default_value = "30d")]
+    pub older_than: String,
+    /// Print what would be removed and the total, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `mur door`.
@@ -133,6 +263,9 @@ pub struct DoorArgs {
     /// `$MURMUR_HOME/records/<capsule path>/<session id>`.
     #[arg(long, value_name = "DIR")]
     pub records_dir: Option<PathBuf>,
+    /// Keep the runtime directory after the session instead of removing it.
+    #[arg(long)]
+    pub keep_runtime: bool,
 }
 
 /// `mur check`.

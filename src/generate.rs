@@ -70,7 +70,9 @@ fn write_page(dir: &Path, cmd: &clap::Command, source: &str, top: bool) -> io::R
     if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
         man.render_subcommands_section(&mut w)?;
     }
-    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+    if cmd.get_name() == "run" {
+        w.write_all(titled_section(crate::cli::RUN_JSON_OUTPUT).as_bytes())?;
+    } else if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
         man.render_extra_section(&mut w)?;
     }
     if top {
@@ -83,6 +85,29 @@ fn write_page(dir: &Path, cmd: &clap::Command, source: &str, top: bool) -> io::R
         man.render_version_section(&mut w)?;
     }
     w.flush()
+}
+
+/// A section from help text whose first paragraph is its title (`mur run`'s JSON
+/// OUTPUT, also shown by `mur run --help`): one `.SH`, then a `.PP` per paragraph.
+fn titled_section(text: &str) -> String {
+    let mut paras = text.split("\n\n");
+    let title = paras.next().unwrap_or_default().trim();
+    let mut s = format!(".SH \"{title}\"\n");
+    for (i, p) in paras.enumerate() {
+        if i > 0 {
+            s.push_str(".PP\n");
+        }
+        let roff = p.trim().replace('\\', "\\e").replace('-', "\\-");
+        for line in roff.lines() {
+            let line = line.trim_start();
+            if line.starts_with('.') || line.starts_with('\'') {
+                s.push_str("\\&");
+            }
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    s
 }
 
 /// The EXIT STATUS section, from the constants of [`crate::exit`].
@@ -145,8 +170,9 @@ Unset: warnings and errors only.
 Session events go to \fItrace.jsonl\fR whatever this says.
 .TP
 .B NO_COLOR
-When set to a non\-empty value, log output on standard error is never coloured.
-Unset: coloured only when standard error is a terminal.
+When set to a non\-empty value, log output on standard error and
+\fBmur trace\fR's view are never coloured.
+Unset: coloured only when the stream is a terminal.
 "#;
 
 /// The FILES section.
@@ -163,8 +189,18 @@ A session's records:
 \fItrace.jsonl\fR, \fIlogs/wrk_*.log\fR, \fIout/result.txt\fR.
 PATH is the capsule directory's absolute path without its leading slash.
 .TP
+.I $MURMUR_HOME/records/latest
+A symlink to the records directory of the newest session started
+(after \fBmur run \-\-roster\fR, the entry member's;
+\fBmur trace latest\fR reads it); \fI$MURMUR_HOME/records/PATH/latest\fR
+is the newest of that capsule. Each is replaced atomically.
+.TP
 .I $MURMUR_HOME/run/SESSION/
-The runtime directory written at staging.
+The runtime directory written at staging, removed when the session ends
+(kept with \fB\-\-keep\-runtime\fR and by \fBmur stage\fR, marked \fI.keep\fR).
+Its \fI.lock\fR is held while the session runs; one that nobody holds
+(a \fBmur\fR that was killed) is removed by the next \fBmur run\fR or
+\fBmur door\fR; \fBmur gc\fR removes old kept ones.
 .PP
 This build has no artifact store (no \fI$MURMUR_HOME/store/\fR):
 it uses nothing under \fI$MURMUR_HOME\fR

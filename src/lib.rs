@@ -15,6 +15,7 @@ pub mod formation;
 pub mod generate;
 pub mod ids;
 pub mod inference;
+pub mod inspect;
 pub mod manifest;
 pub mod net;
 pub mod progress;

@@ -60,6 +60,9 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Command::Run(args) if args.roster.is_some() => run_roster(args),
         Command::Run(args) => run_capsule(args),
         Command::Door(args) => run_door(args),
+        Command::Trace(args) => run_trace(args),
+        Command::Sessions(args) => run_sessions(args),
+        Command::Gc(args) => run_gc(args),
         Command::Check(args) => {
             if let Some(r) = &args.roster {
                 let members = launch::check_roster(r).map_err(launch_error)?;
@@ -84,8 +87,14 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                     Err(f)
                 }
                 Err(f) => Err(f),
-                Ok((_, _, m)) => {
-                    println!("{}: ok", args.capsule.display());
+                Ok((dir, _, m)) => {
+                    // `.` (the default) says nothing: name the directory.
+                    let shown = if args.capsule == Path::new(".") {
+                        dir.display().to_string()
+                    } else {
+                        args.capsule.display().to_string()
+                    };
+                    println!("{shown}: ok (capsule {})", m.name);
                     if !m.capabilities.shell_allow.is_empty() {
                         let plan = staging::sandbox_plan(&m);
                         for line in &plan.enforced {
@@ -103,6 +112,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             let (dir, text, m) = load(&args.capsule)?;
             let staged = staging::stage(&staging::murmur_home(), &dir, &text, &m)
                 .map_err(|e| usage(e.to_string()))?;
+            // Left for inspection: the start-up sweep leaves it, mur gc removes it.
+            staging::runtime::mark_kept(&staged.runtime_dir);
             println!("session: {}", staged.session_id);
             println!("runtime directory: {}", staged.runtime_dir.display());
             println!("workdir: {}", staged.workdir.display());
@@ -193,6 +204,8 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         None => None,
     };
     let home = staging::murmur_home();
+    staging::runtime::sweep_leftovers(&home);
+    staging::runtime::keep_runtime_dirs(args.keep_runtime);
     let staged = staging::stage(&home, &dir, &text, &m).map_err(|e| usage(e.to_string()))?;
     // The runtime directory lives as long as the session, on every path out.
     let mut runtime_dirs = staging::RuntimeDirs::default();
@@ -210,6 +223,8 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         staged.session_id,
         records_dir.display()
     );
+    let session_id = staged.session_id.clone();
+    let trace_path = records_dir.join("trace.jsonl");
     let spec = SessionSpec {
         manifest: m,
         staged,
@@ -219,16 +234,164 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         system_prompt,
         member: None,
     };
-    let progress = mur::progress::Progress::start();
+    // --json: the records go to stdout as they are written, from a copier thread.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let copier = args.json.then(|| {
+        let (stop, path) = (stop.clone(), trace_path.clone());
+        std::thread::spawn(move || {
+            let mut out = std::io::stdout().lock();
+            mur::inspect::copy_lines_until(&path, &stop, &mut out)
+        })
+    });
+    let progress = if args.json {
+        mur::progress::Progress::none()
+    } else {
+        mur::progress::Progress::start()
+    };
     let outcome = session::run(spec, &task, shutdown.receiver(), progress);
     drop(runtime_dirs);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let copied = copier.map(|c| c.join());
     let outcome = outcome.map_err(|e| Fail {
         code: EXIT_FAILED,
         message: e.to_string(),
     })?;
     let interrupted = shutdown.fired();
-    print_outcome(&outcome)?;
-    Ok(outcome.status.exit_code(interrupted))
+    let code = outcome.status.exit_code(interrupted);
+    if let Some(copied) = copied {
+        match copied {
+            Ok(Ok(())) => {
+                print_result_line(&session_id, &outcome, code)?;
+                print_no_answer(&outcome);
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Ok(Err(e)) => {
+                return Err(Fail {
+                    code: EXIT_FAILED,
+                    message: format!("--json: copying {}: {e}", trace_path.display()),
+                })
+            }
+            Err(_) => {
+                return Err(Fail {
+                    code: EXIT_FAILED,
+                    message: "--json: the copier thread panicked".into(),
+                })
+            }
+        }
+    } else {
+        print_outcome(&outcome)?;
+    }
+    print_session_line(&session_id, &outcome.records_dir);
+    Ok(code)
+}
+
+/// The line `mur run` prints on stderr after the answer: which session it was and
+/// where its records are.
+fn print_session_line(session_id: &str, records_dir: &Path) {
+    eprintln!(
+        "mur: session {session_id}: records in {}",
+        records_dir.display()
+    );
+}
+
+/// The last line of `mur run --json`: `{"type": "result", …}` with the answer.
+fn print_result_line(session_id: &str, outcome: &session::Outcome, code: u8) -> Result<(), Fail> {
+    let line = serde_json::json!({
+        "type": "result",
+        "session": session_id,
+        "task": outcome.task_id,
+        "exit_status": outcome.status.as_str(),
+        "exit_code": code,
+        "answer": outcome.answer,
+        "error": outcome.error,
+        "records_dir": outcome.records_dir.display().to_string(),
+    });
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail {
+            code: EXIT_FAILED,
+            message: format!("writing the result: {e}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The session id of the trace in `records_dir` (its first record's `session`).
+fn session_of(records_dir: &Path) -> Option<String> {
+    let mut lines = mur::records::read::TraceLines::open(&records_dir.join("trace.jsonl")).ok()?;
+    let first = lines.next_line().ok()??;
+    let v: serde_json::Value = serde_json::from_str(&first.text).ok()?;
+    v.get("session")?.as_str().map(str::to_string)
+}
+
+fn run_trace(args: mur::cli::TraceArgs) -> Result<u8, Fail> {
+    let home = staging::murmur_home();
+    let path = mur::records::find::resolve(&home, &args.session).map_err(usage)?;
+    let opts = mur::inspect::TraceOptions {
+        json: args.json,
+        types: args.types.clone(),
+        full: args.full,
+        follow: args.follow,
+        color: !args.json && mur::inspect::stdout_color(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let mut err = std::io::stderr();
+    match mur::inspect::trace(&path, &opts, &mut out, &mut err) {
+        Ok(()) => Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) => Err(Fail {
+            code: EXIT_FAILED,
+            message: format!("{}: {e}", path.display()),
+        }),
+    }
+}
+
+fn run_sessions(args: mur::cli::SessionsArgs) -> Result<u8, Fail> {
+    let home = staging::murmur_home();
+    let list = mur::inspect::sessions::list(&home, args.capsule.as_deref(), args.limit);
+    let mut out = std::io::stdout().lock();
+    let r = if args.json {
+        list.iter()
+            .try_for_each(|s| writeln!(out, "{}", serde_json::to_string(s).unwrap_or_default()))
+    } else if list.is_empty() {
+        drop(out);
+        eprintln!("mur: no sessions under {}", home.join("records").display());
+        return Ok(0);
+    } else {
+        write!(out, "{}", mur::inspect::sessions::table(&list))
+    };
+    match r {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail {
+            code: EXIT_FAILED,
+            message: e.to_string(),
+        }),
+        _ => Ok(0),
+    }
+}
+
+fn run_gc(args: mur::cli::GcArgs) -> Result<u8, Fail> {
+    let older_than = if args.older_than.trim() == "0" {
+        std::time::Duration::ZERO
+    } else {
+        humantime::parse_duration(args.older_than.trim()).map_err(|e| {
+            usage(format!(
+                "--older-than `{}`: {e}; give a duration such as 90s, 12h or 7d",
+                args.older_than
+            ))
+        })?
+    };
+    let home = staging::murmur_home();
+    let opts = mur::inspect::gc::GcOptions {
+        older_than,
+        dry_run: args.dry_run,
+    };
+    let mut out = std::io::stdout().lock();
+    mur::inspect::gc::gc(&home, &opts, &mut out).map_err(|e| Fail {
+        code: EXIT_FAILED,
+        message: e.to_string(),
+    })?;
+    Ok(0)
 }
 
 /// Prints a task's answer on stdout (a closed stdout is not an error), or why it has
@@ -245,14 +408,21 @@ fn print_outcome(outcome: &session::Outcome) -> Result<(), Fail> {
                 });
             }
         }
-    } else if let Some(e) = &outcome.error {
+    } else {
+        print_no_answer(outcome);
+    }
+    Ok(())
+}
+
+/// Why a task has no answer, on stderr (nothing when it has one).
+fn print_no_answer(outcome: &session::Outcome) {
+    if let (None, Some(e)) = (&outcome.answer, &outcome.error) {
         eprintln!(
             "mur: task {}: {e} (records: {})",
             outcome.status,
             outcome.records_dir.display()
         );
     }
-    Ok(())
 }
 
 fn launch_error(e: LaunchError) -> Fail {
@@ -296,6 +466,8 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
     };
     let shutdown = signals()?;
     supervise();
+    staging::runtime::sweep_leftovers(&staging::murmur_home());
+    staging::runtime::keep_runtime_dirs(args.keep_runtime);
     let opts = LaunchOptions {
         roster: args.roster.clone().unwrap_or_default(),
         task,
@@ -305,8 +477,36 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
     };
     let outcome = launch::run_roster(opts, &shutdown).map_err(launch_error)?;
     let interrupted = shutdown.fired();
-    print_outcome(&outcome)?;
-    Ok(outcome.status.exit_code(interrupted))
+    let code = outcome.status.exit_code(interrupted);
+    let session_id = session_of(&outcome.records_dir).unwrap_or_else(|| "?".into());
+    // Every member's session pointed `latest` at itself as it started; the formation's
+    // session to read is its entry member's.
+    mur::records::latest::point_all(
+        &[&staging::murmur_home().join("records").join("latest")],
+        &outcome.records_dir,
+    );
+    if args.json {
+        // A formation's entry records are known once it ends: printed then.
+        let stop = std::sync::atomic::AtomicBool::new(true);
+        let mut out = std::io::stdout().lock();
+        let trace = outcome.records_dir.join("trace.jsonl");
+        match mur::inspect::copy_lines_until(&trace, &stop, &mut out) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => {
+                drop(out);
+                r.map_err(|e| Fail {
+                    code: EXIT_FAILED,
+                    message: format!("--json: copying {}: {e}", trace.display()),
+                })?;
+                print_result_line(&session_id, &outcome, code)?;
+                print_no_answer(&outcome);
+            }
+        }
+    } else {
+        print_outcome(&outcome)?;
+    }
+    print_session_line(&session_id, &outcome.records_dir);
+    Ok(code)
 }
 
 fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
@@ -344,6 +544,8 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
     };
     let shutdown = signals()?;
     supervise();
+    staging::runtime::sweep_leftovers(&staging::murmur_home());
+    staging::runtime::keep_runtime_dirs(args.keep_runtime);
     launch::run_door(&args.capsule, args.listen, token, records_dir, &shutdown)
         .map_err(launch_error)?;
     Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })

@@ -1055,6 +1055,59 @@ fn a_stop_that_cannot_reach_a_command_that_left_its_group_says_so() {
     assert!(gone(pid), "the command outlived the session");
 }
 
+#[test]
+fn a_log_that_hits_the_file_size_limit_is_a_wait_error_and_status_error_despite_exit_0() {
+    // mur runs under RLIMIT_FSIZE = 256 KiB, which its commands inherit: the command
+    // writes 1 MiB into its log, the write past the limit fails (EFBIG, SIGXFSZ being
+    // ignored), and the command itself exits 0.
+    const LIMIT: u64 = 256 * 1024;
+    let script = r#"
+- tool_calls:
+    - {id: big, name: sh, input: {args: ["-c", "trap '' XFSZ; sleep 2; yes | head -c 1048576; exit 0"]}}
+- tool_calls:
+    - {name: background-command, input: {operation: wait, work_id: "${result.big.work_id}"}}
+- text: done
+"#;
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let mut cmd = c.mur();
+    cmd.arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"]);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_FSIZE, LIMIT, LIMIT)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let run = Run {
+        output: cmd.output().unwrap(),
+        records: c.records.clone(),
+    };
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let t = run.tool_texts();
+    assert_eq!(field(&t[1], "state"), "exited", "{}", t[1]);
+    assert_eq!(field(&t[1], "exit_code"), "0", "{}", t[1]);
+    assert_eq!(field(&t[1], "status"), "error", "{}", t[1]);
+    assert_eq!(
+        field(&t[1], "wait_error"),
+        format!("writing the log failed: it reached the file-size limit (RLIMIT_FSIZE) of {LIMIT} bytes, and output past it was lost")
+    );
+    assert_eq!(field(&t[1], "output_bytes"), LIMIT.to_string());
+    assert_eq!(field(&t[1], "output_shown"), "last 16384 bytes");
+    // The line sits where the spec puts it: after status, before output.
+    let head = parts(&t[1]).head;
+    let at = |k: &str| {
+        head.iter()
+            .position(|l| l.starts_with(&format!("{k}: ")))
+            .unwrap()
+    };
+    assert!(at("status") < at("wait_error") && at("wait_error") < at("output"));
+}
+
 /// A script-driver capsule like [`Capsule::scripted`] whose commands may also read
 /// `/proc` (the sandbox leaves it out by default), for commands that look at `mur`.
 fn with_proc(shell: &[&str], extra: &str, script: &str) -> Capsule {

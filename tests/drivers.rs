@@ -559,6 +559,26 @@ fn openai_retry_after_beyond_the_cap_fails_at_once_naming_the_wait() {
     assert_eq!(server.seen().len(), 1, "no early retry");
 }
 
+#[test]
+fn a_retry_after_too_large_to_hold_is_named_as_sent() {
+    let huge = "99999999999999999999999";
+    let server = FakeServer::start(vec![
+        reply(429, json!({"error": {"message": "slow down"}})).header("Retry-After", huge),
+        reply(200, text_answer()),
+    ]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 2, &capsule), &hello(), &[]);
+    let Err(e @ DriverError::RetryAfterTooLong { .. }) = result else {
+        panic!("expected RetryAfterTooLong, got {result:?}");
+    };
+    assert!(
+        e.to_string().ends_with(&format!(r#": http status 429: "slow down"; the provider asks to wait {huge} s before retrying (Retry-After), longer than max_retry_after_secs (60 s), so the call is not retried"#)),
+        "{e}"
+    );
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(server.seen().len(), 1, "the call failed at once");
+}
+
 /// `Retry-After` as `now + 1 h` in the three HTTP-date forms of RFC 9110 §5.6.7.
 fn http_dates_in_an_hour() -> [String; 3] {
     let at = std::time::SystemTime::now() + Duration::from_secs(3600);
@@ -1246,6 +1266,181 @@ fn a_silent_stream_times_out_naming_the_setting() {
     );
 }
 
+/// A driver of `kind` whose `request_timeout_secs` is 2.
+fn two_second_choice(kind: DriverKind, base: &str, max_retries: u32) -> DriverChoice {
+    let mut c = choice(kind, base, max_retries);
+    c.request_timeout_secs = 2;
+    c
+}
+
+/// A stream that starts with `first`, then sends `keepalive` every 0.3 s for 30 s.
+fn kept_alive(first: String, keepalive: &str) -> Reply {
+    let mut pieces = vec![(Duration::ZERO, first)];
+    pieces.extend((0..100).map(|_| (Duration::from_millis(300), keepalive.to_string())));
+    raw_reply(200, "")
+        .content_type("text/event-stream")
+        .paced(pieces)
+}
+
+#[test]
+fn keep_alive_comments_do_not_keep_a_stream_past_the_request_timeout() {
+    // One piece of content, then only `: keepalive` comments, each well within the
+    // socket's read timeout: the stream made no progress for 2 s, so it times out,
+    // and is retried as a timeout.
+    let first = || format!("data: {}\n\n", chunk(json!({"content": "x"}), None));
+    let server = FakeServer::start(vec![
+        kept_alive(first(), ": keepalive\n\n"),
+        kept_alive(first(), ": keepalive\n\n"),
+    ]);
+    let capsule = Capsule::new();
+    let c = two_second_choice(DriverKind::Openai, &server.base, 1);
+    let mut d = OpenAiDriver::new(&c, capsule.path())
+        .unwrap()
+        .with_backoff(Backoff::fast());
+    let started = std::time::Instant::now();
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    assert!(
+        matches!(result, Err(DriverError::Exhausted { attempts: 2, .. })),
+        "{result:?}"
+    );
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["timeout", "timeout"]);
+    assert!(attempts[0].will_retry);
+    assert_eq!(
+        attempts[1].detail.as_deref(),
+        Some("timeout: the answer made no progress for request_timeout_secs (2 s), only keep-alives arrived")
+    );
+    // Each stream would run 30 s; the bound is wide on purpose.
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn bare_openai_chunks_are_keep_alives_too() {
+    // A chunk with only a role (or no choices and no usage) brings nothing.
+    let first = format!(
+        "data: {}\n\n",
+        chunk(json!({"role": "assistant", "content": ""}), None)
+    );
+    let bare = format!(
+        "data: {}\n\ndata: {}\n\n",
+        chunk(json!({"role": "assistant"}), None),
+        json!({"id": "chatcmpl-1", "choices": []})
+    );
+    let server = FakeServer::start(vec![kept_alive(first, &bare)]);
+    let capsule = Capsule::new();
+    let c = two_second_choice(DriverKind::Openai, &server.base, 0);
+    let mut d = OpenAiDriver::new(&c, capsule.path()).unwrap();
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    assert!(
+        matches!(result, Err(DriverError::Exhausted { attempts: 1, .. })),
+        "{result:?}"
+    );
+    assert_eq!(attempts[0].outcome, "timeout");
+    assert_eq!(
+        attempts[0].detail.as_deref(),
+        Some("timeout: the answer made no progress for request_timeout_secs (2 s), only keep-alives arrived")
+    );
+}
+
+#[test]
+fn anthropic_pings_do_not_keep_a_stream_past_the_request_timeout() {
+    let start = format!(
+        "event: message_start\ndata: {}\n\n",
+        json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 3}}})
+    );
+    let ping = format!("event: ping\ndata: {}\n\n", json!({"type": "ping"}));
+    let server = FakeServer::start(vec![kept_alive(start, &ping)]);
+    let capsule = Capsule::new();
+    let c = two_second_choice(DriverKind::Anthropic, &server.base, 0);
+    let mut d = AnthropicDriver::new(&c, capsule.path()).unwrap();
+    let (result, attempts) = call(&mut d, &hello(), &[]);
+    let Err(e @ DriverError::Exhausted { attempts: 1, .. }) = result else {
+        panic!("expected a timeout, got {result:?}");
+    };
+    assert!(
+        e.to_string().contains(
+            "timeout: the answer made no progress for request_timeout_secs (2 s), only keep-alives arrived"
+        ),
+        "{e}"
+    );
+    assert_eq!(attempts[0].outcome, "timeout");
+}
+
+#[test]
+fn progress_between_keep_alives_keeps_a_stream_going() {
+    // Content every 0.9 s with pings between, 3.6 s in all against a 2 s timeout:
+    // each piece of content moves the deadline on.
+    let mut pieces = vec![(
+        Duration::ZERO,
+        format!(
+            "event: message_start\ndata: {}\n\nevent: content_block_start\ndata: {}\n\n",
+            json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 3}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+        ),
+    )];
+    let ping = format!("event: ping\ndata: {}\n\n", json!({"type": "ping"}));
+    for i in 0..4 {
+        pieces.push((Duration::from_millis(450), ping.clone()));
+        pieces.push((
+            Duration::from_millis(450),
+            format!(
+                "event: content_block_delta\ndata: {}\n\n",
+                json!({"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "text_delta", "text": format!("{i}")}})
+            ),
+        ));
+    }
+    pieces.push((
+        Duration::ZERO,
+        format!(
+            "event: message_delta\ndata: {}\n\nevent: message_stop\ndata: {}\n\n",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}),
+            json!({"type": "message_stop"})
+        ),
+    ));
+    let slow = raw_reply(200, "")
+        .content_type("text/event-stream")
+        .paced(pieces);
+    let server = FakeServer::start(vec![slow]);
+    let capsule = Capsule::new();
+    let c = two_second_choice(DriverKind::Anthropic, &server.base, 0);
+    let mut d = AnthropicDriver::new(&c, capsule.path()).unwrap();
+    let (result, _) = call(&mut d, &hello(), &[]);
+    assert_eq!(result.unwrap().text.as_deref(), Some("0123"));
+}
+
+#[test]
+fn a_stream_past_the_body_cap_is_cut_and_not_retried() {
+    // A model that writes forever: 17 MiB of content in 64 KiB pieces.
+    let piece = format!(
+        "data: {}\n\n",
+        chunk(json!({"content": "y".repeat(64 * 1024)}), None)
+    );
+    let pieces = (0..17 * 16)
+        .map(|_| (Duration::ZERO, piece.clone()))
+        .collect();
+    let endless = raw_reply(200, "")
+        .content_type("text/event-stream")
+        .paced(pieces);
+    let server = FakeServer::start(vec![endless, reply(200, text_answer())]);
+    let capsule = Capsule::new();
+    let (result, attempts) = call(&mut openai(&server.base, 2, &capsule), &hello(), &[]);
+    let Err(e @ DriverError::Fatal { .. }) = result else {
+        panic!("expected a fatal error, got {result:?}");
+    };
+    assert!(
+        e.to_string().ends_with(": the streamed answer is larger than 16777216 bytes (16 MiB), the most mur reads of one answer, so it was cut off and is not retried"),
+        "{e}"
+    );
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome, "io");
+    assert_eq!(server.seen().len(), 1, "not retried");
+}
+
 fn anthropic_stream() -> Reply {
     sse(&[
         (
@@ -1426,6 +1621,50 @@ fn mur_run_retry_after_beyond_the_cap_ends_the_task_naming_the_wait() {
     assert_eq!(server.seen().len(), 1);
 }
 
+#[test]
+fn mur_run_a_stream_of_pings_times_out_and_is_retried_as_a_timeout() {
+    let start = format!(
+        "event: message_start\ndata: {}\n\n",
+        json!({"type": "message_start", "message": {"model": "claude-test", "usage": {"input_tokens": 3}}})
+    );
+    let ping = format!("event: ping\ndata: {}\n\n", json!({"type": "ping"}));
+    let server = FakeServer::start(vec![
+        kept_alive(start.clone(), &ping),
+        kept_alive(start, &ping),
+    ]);
+    let c = network_capsule(
+        "anthropic",
+        &server.base,
+        "      request_timeout_secs: 2\n      max_retries: 1\n",
+    );
+    let run = c.run("hi", &[]);
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    let detail = "timeout: the answer made no progress for request_timeout_secs (2 s), only keep-alives arrived";
+    assert!(
+        run.result_txt()
+            .contains(&format!("{detail} (gave up after 2 attempts)")),
+        "{}",
+        run.result_txt()
+    );
+    let attempts = run.records("inference_attempt");
+    let outcomes: Vec<_> = attempts.iter().map(|r| r["outcome"].clone()).collect();
+    assert_eq!(
+        outcomes,
+        [json!("timeout"), json!("timeout")],
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[0]["detail"], detail);
+    // The retry warning names the outcome once.
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "model attempt 1 of 2 failed ({detail}); attempt 2 in "
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("timeout: timeout:"), "{stderr}");
+}
+
 /// Providers that count call ids from `call_0` in every turn; and one turn that
 /// repeats an id. Every call runs, and the history sent back never holds an id twice.
 #[test]
@@ -1516,4 +1755,66 @@ fn mur_run_anthropic_tool_error_is_flagged_and_bad_json_is_explained() {
     assert_eq!(sent[0]["is_error"], true);
     assert_eq!(sent[1]["tool_use_id"], "toolu_2");
     assert!(sent[1].get("is_error").is_none(), "{sent}");
+}
+
+// ------------------------------------------------- session-status, end to end
+
+/// `mur run` of a capsule whose choice is the anthropic driver at `server`, with
+/// `choice_extra` (flow-mapping keys) on the choice; its first turn calls
+/// session-status. Returns the run and the object reported.
+fn anthropic_status_run(server: &FakeServer, choice_extra: &str) -> (support::Run, Value) {
+    let manifest = format!(
+        "name: t\nworkdir: work\ninference:\n  driver: a\n  choices:\n    a: {{driver: anthropic, model: claude-test, base_url: \"{}\", credential: {{file: key.txt}}{choice_extra}}}\n",
+        server.base
+    );
+    let c = support::Capsule::new()
+        .manifest(&manifest)
+        .file("key.txt", "sk-test\n");
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let st = run.one("session_status")["status"].clone();
+    (run, st)
+}
+
+fn status_then_done() -> Vec<Reply> {
+    let call = json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "session-status", "input": {}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 300, "output_tokens": 20},
+    });
+    let done = json!({
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": "done"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 400, "output_tokens": 5},
+    });
+    vec![reply(200, call), reply(200, done)]
+}
+
+#[test]
+fn budget_tokens_subtracts_the_output_cap_the_anthropic_driver_sent_when_the_choice_sets_none() {
+    let server = FakeServer::start(status_then_done());
+    let (_run, st) = anthropic_status_run(&server, ", context_window: 10000");
+    // The request carried the driver's default cap ...
+    let sent = server.seen()[0].body["max_tokens"].as_u64().unwrap();
+    assert_eq!(sent, mur::inference::anthropic::DEFAULT_MAX_TOKENS);
+    // ... and the budget is the window less that cap, not less nothing.
+    assert_eq!(
+        st["context"],
+        json!({"used_tokens": 320, "window_tokens": 10000, "budget_tokens": 10000 - sent,
+               "budget_basis": "context_window_less_output_cap", "measured_by": "actual"})
+    );
+}
+
+#[test]
+fn budget_tokens_is_the_input_ceiling_when_it_is_below_the_window_less_the_sent_cap() {
+    let server = FakeServer::start(status_then_done());
+    let (_run, st) = anthropic_status_run(
+        &server,
+        ", context_window: 10000, max_output_tokens: 1000, max_input_tokens: 8999",
+    );
+    assert_eq!(server.seen()[0].body["max_tokens"], 1000);
+    assert_eq!(st["context"]["budget_tokens"], 8999);
+    assert_eq!(st["context"]["budget_basis"], "max_input_tokens");
 }

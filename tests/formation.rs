@@ -327,7 +327,9 @@ fn a_member_busy_for_the_whole_deadline_never_holds_the_call_and_a_slow_one_time
     let helper = run.member("helper");
     let mc = helper.one("member_call");
     assert_eq!(mc["status"], "rejected");
-    assert_eq!(mc["output"], "never held: worker stayed busy with other work for the whole 2s this call may wait and never took the task; it was offered the task 2 times. Nothing was done on it.");
+    // The output is the sentence alone; "never held" is the record's own field.
+    assert_eq!(mc["output"], "worker stayed busy with other work for the whole 2s this call may wait and never took the task; it was offered the task 2 times. Nothing was done on it.");
+    assert_eq!(mc["never_held"], true);
     let lead = run.member("lead");
     let ids = call_ids(&lead);
     let text = lead.one("task_continued")["text"]
@@ -396,6 +398,8 @@ struct Peer {
     submitted: Sender<()>,
     offers: std::sync::atomic::AtomicUsize,
     reads: std::sync::atomic::AtomicUsize,
+    /// Every offer's message as received, serialized.
+    messages: std::sync::Mutex<Vec<Value>>,
 }
 
 fn task(id: &str, state: TaskState, msg: Option<&str>) -> Task {
@@ -412,11 +416,45 @@ fn task(id: &str, state: TaskState, msg: Option<&str>) -> Task {
 }
 
 impl TaskHandler for Peer {
-    fn submit(&self, _m: Message) -> Task {
+    fn submit(&self, m: Message) -> Task {
+        self.messages
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&m).unwrap());
         let _ = self.submitted.send(());
         let n = self.offers.fetch_add(1, Ordering::SeqCst) + 1;
+        let busy = || task(&format!("t{n}"), TaskState::Rejected, Some(BUSY));
         match self.mode {
             "rejected" => task("t1", TaskState::Rejected, Some("task rejected: not today")),
+            // The busy words, but not exactly: a trailing space.
+            "padded-busy" => task(
+                "t1",
+                TaskState::Rejected,
+                Some("task rejected: capsule is busy "),
+            ),
+            "completed-at-once" => {
+                let mut t = task("t1", TaskState::Completed, None);
+                t.artifacts.push(Artifact::text("answer", "TOO-EARLY"));
+                t
+            }
+            "busy-then-rejected" if n == 1 => busy(),
+            "busy-then-rejected" => task(
+                &format!("t{n}"),
+                TaskState::Rejected,
+                Some("task rejected: not today"),
+            ),
+            "busy-then-completed" if n == 1 => busy(),
+            "busy-then-completed" => {
+                let mut t = task(&format!("t{n}"), TaskState::Completed, None);
+                t.artifacts.push(Artifact::text("answer", "TOO-EARLY"));
+                t
+            }
+            "busy-then-canceled" if n == 1 => busy(),
+            "busy-then-canceled" => task(
+                &format!("t{n}"),
+                TaskState::Canceled,
+                Some("stopped by its operator"),
+            ),
             // SUBMITTED at once, then busy on GetTask, for the first two offers.
             "late-busy" if n <= 2 => task(&format!("t{n}"), TaskState::Submitted, None),
             "late-busy" => task(&format!("t{n}"), TaskState::Working, None),
@@ -442,6 +480,17 @@ impl TaskHandler for Peer {
                 t.artifacts.push(Artifact::text("answer", "LATE-OK"));
                 Some(t)
             }
+            // The offer's own terminal answer, read again.
+            "completed-at-once" | "busy-then-completed" => {
+                let mut t = task(id, TaskState::Completed, None);
+                t.artifacts.push(Artifact::text("answer", "TOO-EARLY"));
+                Some(t)
+            }
+            "busy-then-canceled" => Some(task(
+                id,
+                TaskState::Canceled,
+                Some("stopped by its operator"),
+            )),
             "unknown" => Some(task(
                 id,
                 TaskState::Unknown("TASK_STATE_BOGUS".into()),
@@ -472,17 +521,29 @@ impl TaskHandler for Peer {
     }
 }
 
+const BUSY: &str = "task rejected: capsule is busy";
+
 fn peer_formation(mode: &'static str) -> (Formation, Door, crossbeam_channel::Receiver<()>) {
+    let (f, door, rx, _peer) = peer_formation_seen(mode);
+    (f, door, rx)
+}
+
+/// [`peer_formation`], with the peer itself (its offer count and the messages it got).
+fn peer_formation_seen(
+    mode: &'static str,
+) -> (Formation, Door, crossbeam_channel::Receiver<()>, Arc<Peer>) {
     let (tx, rx) = bounded(10);
+    let peer = Arc::new(Peer {
+        mode,
+        submitted: tx,
+        offers: Default::default(),
+        reads: Default::default(),
+        messages: Default::default(),
+    });
     let door = Door::start(
         "127.0.0.1:0".parse().unwrap(),
         "peer-token".into(),
-        Arc::new(Peer {
-            mode,
-            submitted: tx,
-            offers: Default::default(),
-            reads: Default::default(),
-        }),
+        peer.clone(),
         DoorLimits::default(),
     )
     .unwrap();
@@ -493,7 +554,7 @@ fn peer_formation(mode: &'static str) -> (Formation, Door, crossbeam_channel::Re
             "capabilities:\n  network: {allow: [localhost]}\n",
             "- tool_calls:\n    - {name: call-member, input: {member: odd, task: \"hello\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
         );
-    (f, door, rx)
+    (f, door, rx, peer)
 }
 
 #[test]
@@ -1357,6 +1418,7 @@ fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_takes_it() {
         mc["output"],
         "the calling task ended just after odd took the task; a cancel was sent to odd"
     );
+    assert_eq!(mc["never_held"], false);
     assert_eq!(mc["member_task"], "t2");
     assert_eq!(mc["delivered"], false);
     // The runtime sent that task CancelTask, and only that one.
@@ -1381,6 +1443,7 @@ fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_stays_silent() 
         mc["output"],
         "the calling task ended while an offer to odd was in flight; odd may hold the task"
     );
+    assert_eq!(mc["never_held"], false);
     assert_eq!(mc["member_task"], Value::Null);
     assert_eq!(mc["delivered"], false);
     // The task waited about 6 s for the offer's answer before it ended.
@@ -1415,8 +1478,9 @@ fn calling_task_ends_while_an_offer_is_on_its_way_and_the_member_turns_it_away_b
     assert_eq!(mc["status"], "abandoned");
     assert_eq!(
         mc["output"],
-        "never held: the calling task ended before odd took the task; odd was busy and was never handed it"
+        "the calling task ended before odd took the task; odd was busy and was never handed it"
     );
+    assert_eq!(mc["never_held"], true);
     assert_eq!(mc["delivered"], false);
     // That offer's member_call_busy is written before the call is accounted for, and
     // the second offer came after lead's last inference began: it was in flight.
@@ -1730,8 +1794,10 @@ fn member_task_canceled_while_waiting_for_answers_ends_canceled_and_abandons_its
     assert_eq!(busy["delivered"], false);
     assert_eq!(
         busy["output"],
-        "never held: the calling task ended before p2 took the task; p2 was busy and was never handed it"
+        "the calling task ended before p2 took the task; p2 was busy and was never handed it"
     );
+    assert_eq!(busy["never_held"], true);
+    assert_eq!(held["never_held"], false);
     // A call abandoned while the member works leaves its task running.
     assert!(cancels.try_recv().is_err());
 }
@@ -1853,4 +1919,475 @@ fn a_member_listening_on_every_address_is_called_on_loopback() {
     assert!(!run.stderr().contains("W-RUN-008"), "{}", run.stderr());
     let calls = run.member("lead").records("member_call");
     assert_eq!(calls[0]["status"], "completed", "{}", run.dump());
+}
+
+// --- deviations from "What a call returns" and "A busy member" (issue 17) -----------
+
+#[test]
+fn a_peer_answering_the_offer_completed_at_once_fails_the_call_in_the_same_turn() {
+    // "started" only for a task id and a state that is not terminal; "failed" for
+    // another terminal state: a COMPLETED first answer holds nothing to wait on.
+    let (f, _door, _rx) = peer_formation("completed-at-once");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    let id = tc["member_call_id"].as_str().unwrap();
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called odd: failed");
+    let why = "odd ended the task as soon as it was offered, with the state TASK_STATE_COMPLETED, so no answer can be read from it; the call ended failed";
+    assert_eq!(tc["content"], format!("<untrusted-content source=tool:call-member>\n{{\"call_id\":\"{id}\",\"member\":\"odd\",\"status\":\"failed\",\"output\":\"{why}\"}}\n</untrusted-content>\n[call-member] Call {id} to odd ended failed, with no answer from odd. Do not present an answer of your own as odd's."));
+    assert!(lead.records("member_call_start").is_empty());
+    assert!(lead.records("task_continued").is_empty());
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(mc["output"], why);
+    assert_eq!(mc["member_task"], "t1");
+    assert_eq!(mc["never_held"], false);
+    assert_eq!(mc["delivered"], true);
+}
+
+#[test]
+fn only_the_exact_busy_message_is_busy_a_padded_one_is_rejected_at_once() {
+    let (f, _door, _rx, peer) = peer_formation_seen("padded-busy");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called odd: rejected");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "rejected");
+    assert_eq!(mc["output"], "odd did not take the task: capsule is busy");
+    assert_eq!(mc["never_held"], false);
+    assert!(lead.records("member_call_busy").is_empty());
+    // Not offered again.
+    assert_eq!(peer.offers.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_offer_carries_the_task_as_one_text_part_the_caller_and_trust_with_origin_peer() {
+    let (f, door, _rx, peer) = peer_formation_seen("rejected");
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let msgs = peer.messages.lock().unwrap().clone();
+    assert_eq!(msgs.len(), 1);
+    let m = &msgs[0];
+    assert_eq!(m["role"], "ROLE_USER", "{m}");
+    assert_eq!(m["parts"], json!([{"text": "hello"}]), "{m}");
+    // The entry task came from the command line: trust class operator, sent with
+    // origin peer.
+    assert_eq!(
+        m["metadata"]["murmur"],
+        json!({"caller": "lead", "trust": {"class": "operator", "origin": "peer"}}),
+        "{m}"
+    );
+    // Neither the door's address nor its token travels in the message.
+    let text = m.to_string();
+    assert!(
+        !text.contains(&door.url()) && !text.contains("peer-token"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_busy_member_answering_a_reoffer_rejected_completed_or_canceled_ends_rejected_or_failed() {
+    for (mode, status, output) in [
+        ("busy-then-rejected", "rejected", "odd did not take the task: not today".to_string()),
+        (
+            "busy-then-completed",
+            "failed",
+            "odd ended the task as soon as it was offered, with the state TASK_STATE_COMPLETED, so no answer can be read from it; the call ended failed".to_string(),
+        ),
+        (
+            "busy-then-canceled",
+            "failed",
+            "odd ended the task as soon as it was offered, with the state TASK_STATE_CANCELED (status message: stopped by its operator), so no answer can be read from it; the call ended failed".to_string(),
+        ),
+    ] {
+        let (f, _door, _rx, peer) = peer_formation_seen(mode);
+        let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+        assert_eq!(run.code(), 0, "{mode}: {}", run.dump());
+        let lead = run.member("lead");
+        let tc = &lead.records("tool_call")[0];
+        assert_eq!(tc["summary"], "Called odd: busy", "{mode}");
+        let id = tc["member_call_id"].as_str().unwrap();
+        let busy = lead.records("member_call_busy");
+        assert_eq!(busy.len(), 1, "{mode}: {}", run.dump());
+        assert_eq!(busy[0]["offer"], 1);
+        assert!(lead.records("member_call_start").is_empty(), "{mode}");
+        let mc = lead.one("member_call");
+        assert_eq!(mc["status"], status, "{mode}: {}", run.dump());
+        assert_eq!(mc["output"], output.as_str(), "{mode}");
+        assert_eq!(mc["member_task"], "t2", "{mode}");
+        assert_eq!(mc["never_held"], false, "{mode}");
+        assert_eq!(mc["delivered"], true, "{mode}");
+        let text = lead.one("task_continued")["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            text.starts_with(&format!("[call-member] call {id} to odd ended {status}, with no answer from odd:\n<untrusted-content source=member:odd>\n{output}\n</untrusted-content>\n")),
+            "{mode}: {text}"
+        );
+        assert!(!text.contains("TOO-EARLY"), "{mode}: {text}");
+        // The call ended with the second offer's answer: no third.
+        assert_eq!(peer.offers.load(Ordering::SeqCst), 2, "{mode}");
+    }
+}
+
+// --- "Unreachable: two reads, or two offers, in a row that get no answer" ------------
+
+use mur::formation::call::{self as member_call, CallCtx, First, Mode};
+use mur::formation::link::{Link, LinkError, SendMeta, Snapshot, State};
+use mur::formation::CallStatus;
+
+type Answer = Result<Snapshot, LinkError>;
+
+/// A door played from two queues of answers, counting every `SendMessage` and
+/// `GetTask`; a call past the end of its queue answers an error, so an extra one ends
+/// the call failed, not unreachable.
+struct ScriptLink {
+    sends: std::sync::Mutex<std::collections::VecDeque<Answer>>,
+    gets: std::sync::Mutex<std::collections::VecDeque<Answer>>,
+    sent: std::sync::atomic::AtomicUsize,
+    read: std::sync::atomic::AtomicUsize,
+}
+
+fn snap(id: &str, state: State, message: Option<&str>) -> Answer {
+    Ok(Snapshot {
+        id: id.into(),
+        state,
+        message: message.map(str::to_string),
+        answer: None,
+        no_answer: false,
+        no_answer_below: Vec::new(),
+        stamp: None,
+        context_id: None,
+    })
+}
+
+fn silent() -> Answer {
+    Err(LinkError::unreachable("connection refused"))
+}
+
+impl Link for ScriptLink {
+    fn send(&self, _text: &str, _meta: &SendMeta) -> Answer {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        let next = self.sends.lock().unwrap().pop_front();
+        next.unwrap_or_else(|| Err(LinkError::failed("one offer too many")))
+    }
+    fn get(&self, _task_id: &str) -> Answer {
+        self.read.fetch_add(1, Ordering::SeqCst);
+        let next = self.gets.lock().unwrap().pop_front();
+        next.unwrap_or_else(|| Err(LinkError::failed("one read too many")))
+    }
+    fn cancel(&self, _task_id: &str) -> Result<(), LinkError> {
+        Err(LinkError::failed("no cancel expected"))
+    }
+    fn host(&self) -> String {
+        "localhost".into()
+    }
+    fn address(&self) -> String {
+        "scripted".into()
+    }
+}
+
+/// Makes one call against `link` the way call-member does (the first offer, then the
+/// poller) and returns how it ended and the trace it wrote.
+fn scripted_call(link: Arc<ScriptLink>) -> (mur::formation::EndedCall, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.jsonl");
+    let trace = mur::records::Trace::open(&path, "ses_test").unwrap();
+    let ctx = CallCtx {
+        call_id: "mcl_test".into(),
+        member: "odd".into(),
+        text: "hello".into(),
+        link,
+        meta: SendMeta {
+            caller: "lead".into(),
+            trust: "operator".into(),
+        },
+        deadline: std::time::Instant::now() + Duration::from_secs(120),
+        deadline_secs: 120,
+        trace: trace.clone(),
+        task_id: "tsk_test".into(),
+        roster: Arc::new(vec!["lead".into(), "odd".into()]),
+    };
+    let mode = match ctx.first_offer() {
+        First::Busy => Mode::Busy { offers: 1 },
+        First::Started(task_id) => Mode::Held { task_id, offers: 1 },
+        First::Ended(e) => panic!("the first offer ended the call: {e:?}"),
+    };
+    let (tx, rx) = bounded(1);
+    let (_abandon_tx, abandon_rx) = bounded::<()>(0);
+    member_call::spawn(ctx, mode, tx, abandon_rx).unwrap();
+    let ended = rx.recv_timeout(Duration::from_secs(90)).unwrap();
+    trace.close();
+    (ended, support::read_trace(dir.path()))
+}
+
+#[test]
+fn two_unanswered_offers_in_a_row_end_a_busy_call_unreachable_not_one_or_two_apart() {
+    // busy, silent, busy, silent, silent: the silence between two refusals does not
+    // count towards the two in a row; the second silence in a row ends it.
+    let link = Arc::new(ScriptLink {
+        sends: std::sync::Mutex::new(
+            [
+                snap("t1", State::Rejected, Some(BUSY)),
+                silent(),
+                snap("t3", State::Rejected, Some(BUSY)),
+                silent(),
+                silent(),
+                snap("t6", State::Working, None),
+            ]
+            .into(),
+        ),
+        gets: Default::default(),
+        sent: Default::default(),
+        read: Default::default(),
+    });
+    let (ended, trace) = scripted_call(link.clone());
+    assert_eq!(ended.status, CallStatus::Unreachable, "{ended:?}");
+    assert!(!ended.never_held, "{ended:?}");
+    assert_eq!(link.sent.load(Ordering::SeqCst), 5);
+    assert_eq!(link.read.load(Ordering::SeqCst), 0);
+    let busy: Vec<&Value> = of_type(&trace, "member_call_busy")
+        .into_iter()
+        .map(|r| &r["offer"])
+        .collect();
+    assert_eq!(busy, [&json!(1), &json!(3)]);
+    assert!(of_type(&trace, "member_call_start").is_empty());
+}
+
+#[test]
+fn two_unanswered_reads_in_a_row_end_a_held_call_unreachable_not_one_or_two_apart() {
+    let link = Arc::new(ScriptLink {
+        sends: std::sync::Mutex::new([snap("t1", State::Working, None)].into()),
+        gets: std::sync::Mutex::new(
+            [
+                silent(),
+                snap("t1", State::Working, None),
+                silent(),
+                silent(),
+                snap("t1", State::Completed, None),
+            ]
+            .into(),
+        ),
+        sent: Default::default(),
+        read: Default::default(),
+    });
+    let (ended, trace) = scripted_call(link.clone());
+    assert_eq!(ended.status, CallStatus::Unreachable, "{ended:?}");
+    assert_eq!(ended.member_task.as_deref(), Some("t1"));
+    assert_eq!(link.sent.load(Ordering::SeqCst), 1);
+    assert_eq!(link.read.load(Ordering::SeqCst), 4);
+    assert_eq!(of_type(&trace, "member_call_start").len(), 1);
+}
+
+// --- session-status and the deadline notice in a formation (issue 17) ---------------
+
+/// `mur run --roster … --deadline <deadline>` of `f`, with `env`; returns the run and
+/// the wall-clock time just before and just after it.
+fn run_with_deadline(
+    f: &Formation,
+    deadline: &str,
+    env: &[(&str, &str)],
+) -> (support::FormationRun, SystemTime, SystemTime) {
+    let mut c = f.mur();
+    c.arg("run")
+        .arg("--roster")
+        .arg(f.dir.join("roster.yaml"))
+        .arg("--records-dir")
+        .arg(&f.records)
+        .args(["--task", "go", "--deadline", deadline]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let before = SystemTime::now();
+    let output = c.output().unwrap();
+    let after = SystemTime::now();
+    (
+        support::FormationRun {
+            output,
+            records: f.records.clone(),
+        },
+        before,
+        after,
+    )
+}
+
+#[test]
+fn a_member_reports_its_session_and_task_time_and_the_deadline_it_inherited() {
+    // lead sleeps 2 s before it calls worker; worker sleeps 1 s in its task, then reads
+    // session-status. lead reads it too, once worker has answered.
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- tool_calls:\n    - {name: call-member, input: {member: worker, task: \"w\"}}\n- text: \"waiting\"\n- tool_calls:\n    - {name: session-status}\n- text: \"LEAD\"\n",
+        )
+        .member(
+            "worker",
+            "capabilities:\n  shell: {allow: [sleep]}\n",
+            "- tool_calls:\n    - {name: sleep, input: {args: [\"1\"]}}\n- tool_calls:\n    - {name: session-status}\n- text: \"W\"\n",
+        );
+    let (run, before, after) = run_with_deadline(&f, "1h", &[]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let wall = after.duration_since(before).unwrap().as_secs();
+    let worker = run.member("worker");
+    let w = &worker.one("session_status")["status"]["time"];
+    let (elapsed, task) = (
+        w["elapsed_secs"].as_u64().unwrap(),
+        w["task_elapsed_secs"].as_u64().unwrap(),
+    );
+    // worker slept 1 s inside its task before the call; nothing runs longer than the
+    // whole launch.
+    assert!(task >= 1, "{w}");
+    assert!(elapsed >= task && elapsed <= wall, "{w} (launch: {wall}s)");
+    // The two clocks differ by the time worker's session waited for its task, as its
+    // own records show it (whole seconds, each rounded down: within one second).
+    let waited = ms(&worker.one("task_start")["ts"])
+        .duration_since(ms(&worker.one("session_start")["ts"]))
+        .unwrap()
+        .as_secs();
+    assert!(
+        (elapsed - task).abs_diff(waited) <= 1,
+        "{w}: session waited {waited}s for its task"
+    );
+    let lead = run.member("lead");
+    let l = &lead.one("session_status")["status"]["time"];
+    // lead slept 2 s and then waited for worker's 1 s: at least 3 s into its task.
+    assert!(l["task_elapsed_secs"].as_u64().unwrap() >= 3, "{l}");
+    // Both members report the formation's deadline: --deadline 1h from the launch.
+    let at = w["deadline"]["at"].as_str().unwrap();
+    assert_eq!(l["deadline"]["at"], at);
+    let at_t = humantime::parse_rfc3339(at).unwrap();
+    let hour = Duration::from_secs(3600);
+    // `at` is whole seconds, rounded down.
+    assert!(
+        at_t + Duration::from_secs(1) > before + hour && at_t <= after + hour,
+        "{at}"
+    );
+    let left = w["deadline"]["left_secs"].as_u64().unwrap();
+    // lead slept 2 s and worker 1 s after the deadline was set.
+    assert!(left <= 3597 && left + wall + 2 >= 3600, "{left}");
+}
+
+#[test]
+fn the_deadline_notice_rides_on_a_call_member_result_that_reported_failure() {
+    // "A tool that ran and reported failure carries it."
+    let (f, _door, _rx) = peer_formation("rejected");
+    let lead = f.dir.join("lead/murmur.yaml");
+    let m = std::fs::read_to_string(&lead).unwrap();
+    std::fs::write(
+        &lead,
+        format!("{m}lifecycle:\n  deadline_notice_secs: 600\n"),
+    )
+    .unwrap();
+    let (run, _, _) = run_with_deadline(&f, "120s", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let tc = &lead.records("tool_call")[0];
+    assert_eq!(tc["status"], "failed");
+    assert_eq!(tc["summary"], "Called odd: rejected");
+    let content = tc["content"].as_str().unwrap();
+    let last = content.lines().last().unwrap();
+    let n = lead.one("deadline_notice");
+    assert_eq!(n["call_id"], tc["call_id"]);
+    assert!(
+        last.starts_with(&format!(
+            "Session deadline: the runtime ends this session at {}, in ",
+            n["at"].as_str().unwrap()
+        )) && last.ends_with(" seconds."),
+        "{content}"
+    );
+}
+
+#[test]
+fn end_without_answer_keeps_the_reason_as_given_it_is_the_status_message() {
+    let reason = "  critic was never asked.\n  Ask me again later.  ";
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [helper]}\n  helper: {capsule: helper, calls: [critic]}\n  critic: {capsule: critic}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: helper, task: \"h\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+        .member(
+            "helper",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            &format!(
+                "- tool_calls:\n    - {{name: end-without-answer, input: {{reason: {}}}}}\n",
+                serde_json::to_string(reason).unwrap()
+            ),
+        )
+        .member("critic", "", "- text: \"C\"\n");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let helper = run.member("helper");
+    assert_eq!(helper.result_txt(), format!("no answer: {reason}"));
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "no_answer");
+    assert_eq!(mc["output"], reason);
+    assert!(lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .contains(&format!(
+            "\n<untrusted-content source=member:helper>\n{reason}\n</untrusted-content>\n"
+        )));
+}
+
+#[test]
+fn call_member_and_end_without_answer_descriptions_tell_what_the_spec_says_and_the_man_page_quotes_them(
+) {
+    use mur::tools::{call_member, end_without_answer};
+    // What staging puts in the inventory the model is sent.
+    let cm = call_member::entry(&["worker".to_string()]).description;
+    let ewa = end_without_answer::entry().description;
+    // call-member (spec, "Description"): each thing it must tell.
+    for point in [
+        // task is the whole of what the member is told; file content goes in the task
+        "The task text is the whole of what the member is told, so put any file content it needs into the task itself.",
+        // returns at once with a call id
+        "returns at once with a call id",
+        // started when the member holds the task, busy when it has no room
+        "The call returns started when the member holds the task, or busy when it has no room",
+        // for busy, the runtime keeps offering until taken or the deadline passes
+        "for a busy member the runtime keeps offering the task until the member takes it or the call's deadline passes",
+        // the answer arrives in the conversation, naming the call id, after the turn ends
+        "it arrives in this conversation, naming the call id, after you end your turn",
+        // a second call before the answer arrived is refused
+        "A second call to a member before its answer has arrived is refused.",
+    ] {
+        assert!(cm.contains(point), "call-member's description lacks {point:?}: {cm}");
+    }
+    // end-without-answer (spec, "Description").
+    for point in [
+        // use it instead of replying when it has no answer, usually because a member it
+        // called gave it none
+        "Use it instead of replying when you have no answer to give, usually because a member you called gave you none.",
+        // the reason is passed to the member that sent the task
+        "The reason is passed to the member that sent you the task",
+        // the runtime tells that member plainly no answer came and names each member
+        // called that gave none
+        "the runtime tells that member plainly that no answer came, and names each member you called that gave none",
+        // refused while a call is still out and for a task no formation member sent
+        "It is refused while a call you made is still out, and for a task no formation member sent.",
+    ] {
+        assert!(ewa.contains(point), "end-without-answer's description lacks {point:?}: {ewa}");
+    }
+    // mur-tools(7) quotes both word for word.
+    let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/mur-tools.7"))
+        .unwrap()
+        .replace("\\-", "-")
+        .replace("\\(aq", "'");
+    for d in [&cm, &ewa] {
+        assert!(
+            man.contains(&format!(".I \"{d}\"\n")),
+            "mur-tools(7) does not quote: {d}"
+        );
+    }
 }

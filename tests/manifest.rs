@@ -294,7 +294,26 @@ fn tab_indentation_is_named() {
 fn other_syntax_errors_carry_the_scanner_position() {
     assert_eq!(
         errors("name: a\ntools: [acme/x\n"),
-        ["murmur.yaml:3:1: invalid YAML: while parsing a flow sequence, expected ',' or ']'"]
+        ["murmur.yaml:2:8: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 3:1: while parsing a flow sequence, expected ',' or ']')"]
+    );
+}
+
+#[test]
+fn an_unclosed_bracket_is_reported_where_it_opened_not_at_the_end() {
+    // An unclosed `[` on line 25 of a longer manifest: the scanner gives up at 26:1.
+    let mut text = String::from("name: a\n");
+    for i in 2..25 {
+        text.push_str(&format!("# comment line {i}\n"));
+    }
+    text.push_str("tools: [acme/x, acme/y\n");
+    assert_eq!(
+        errors(&text),
+        ["murmur.yaml:25:8: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 26:1: while parsing a flow sequence, expected ',' or ']')"]
+    );
+    // One that is followed by more keys, where the scanner trips on the next `:`.
+    assert_eq!(
+        errors("name: a\ncapabilities:\n  shell:\n    allow: [ls, cat\nworkdir: .\n"),
+        ["murmur.yaml:4:12: invalid YAML: this `[` is never closed; close it with `]` (the parser gave up at 5:8: illegal placement of ':' indicator)"]
     );
 }
 
@@ -304,7 +323,7 @@ fn wrong_type_says_expected_and_found() {
         errors("name: a\ncapabilities: [shell]\nlifecycle: {max_task_reopens: many}\n"),
         [
             "murmur.yaml:2:15: capabilities: expected a mapping, found a list",
-            "murmur.yaml:3:31: lifecycle.max_task_reopens: expected a whole number, found string `many`",
+            "murmur.yaml:3:31: lifecycle.max_task_reopens: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
         ]
     );
 }
@@ -450,7 +469,7 @@ capabilities: {peer_fetch: yes}
         [
             "murmur.yaml:5:56: inference.choices.m.credential: give either `env` or `file`, not both",
             "murmur.yaml:5:88: inference.choices.m.request_timeout_secs: must be at least 1; leave the key out for the default of 300 seconds",
-            "murmur.yaml:6:27: inference.compaction.threshold: must be more than 0 and at most 1, found `1.5`",
+            "murmur.yaml:6:27: inference.compaction: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
             "murmur.yaml:7:28: capabilities.peer_fetch: expected `true`, `false` or a mapping, found string `yes`",
         ]
     );
@@ -507,5 +526,52 @@ fn second_document_is_refused() {
     assert_eq!(
         errors("name: a\n---\nname: b\n"),
         ["murmur.yaml:2:1: a manifest is one YAML document; remove the second `---`"]
+    );
+}
+
+#[test]
+fn a_reserved_key_says_it_is_not_provided_before_asking_for_its_fields() {
+    assert_eq!(
+        errors("name: a\nlifecycle:\n  keep_working: {}\n  done_check: {limit: x}\n"),
+        [
+            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:4:15: lifecycle.done_check: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+        ]
+    );
+    // Other errors around it are still reported.
+    assert_eq!(
+        errors("name: a\nlifecycle:\n  keep_working: {}\n  shell_grace_secs: -1\n"),
+        [
+            "murmur.yaml:3:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule",
+            "murmur.yaml:4:21: lifecycle.shell_grace_secs: must not be negative, found `-1`",
+        ]
+    );
+}
+
+#[test]
+fn a_roster_member_whose_capsule_is_missing_is_reported_at_its_position_with_a_near_name() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("worker")).unwrap();
+    std::fs::write(d.path().join("worker/murmur.yaml"), "name: worker\n").unwrap();
+    std::fs::create_dir_all(d.path().join("empty")).unwrap();
+    let roster = d.path().join("roster.yaml");
+    std::fs::write(
+        &roster,
+        "formation: f\nentry: lead\nmembers:\n  lead: {capsule: ./workr}\n  e: {capsule: empty}\n",
+    )
+    .unwrap();
+    let errs: Vec<String> = mur::manifest::roster::load_roster(&roster)
+        .unwrap_err()
+        .diagnostics
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let (r, base) = (roster.display(), d.path().display());
+    assert_eq!(
+        errs,
+        [
+            format!("{r}:4:19: members.lead.capsule: `./workr`: no such capsule directory or murmur.yaml, relative to the roster's directory {base} (did you mean `./worker`?)"),
+            format!("{r}:5:16: members.e.capsule: `empty` has no murmur.yaml ({base}/empty is a directory, not a capsule)"),
+        ]
     );
 }

@@ -561,7 +561,11 @@ fn default_records_dir_is_under_murmur_home() {
     assert_eq!(out.status.code(), Some(0));
     let rel = c.dir.strip_prefix("/").unwrap();
     let base = c.home.join("records").join(rel);
-    let sessions: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
+    // Beside the session, the capsule's `latest` link to it.
+    let sessions: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != "latest")
+        .collect();
     assert_eq!(sessions.len(), 1);
     let s = sessions.into_iter().next().unwrap().unwrap().path();
     assert!(s.file_name().unwrap().to_str().unwrap().starts_with("ses_"));
@@ -685,7 +689,7 @@ fn check_refuses_what_could_not_run() {
         "{err}"
     );
     assert!(
-        err.contains("inference.choices.s.script: ") && err.contains("unknown field `tool_call`"),
+        err.contains("replies.yaml:1:3: [0]: unknown key `tool_call` (did you mean `tool_calls`?)"),
         "{err}"
     );
     let run = c.run("t", &[]);
@@ -855,4 +859,80 @@ fn a_refused_records_dir_leaves_no_runtime_directory() {
                 .next()
                 .is_none()
     );
+}
+
+// --- session-status and the deadline notice, against known values (issue 17) --------
+
+#[test]
+fn session_status_time_follows_a_known_elapsed_time_and_the_deadline_given() {
+    // The task sleeps 2 s, then reads session-status.
+    let script = "- tool_calls:\n    - {name: sleep, input: {args: [\"2\"]}}\n- tool_calls:\n    - {name: session-status}\n- text: done\n";
+    let c = Capsule::scripted(&["sleep"], "", script);
+    let before = std::time::SystemTime::now();
+    let run = c.run("t", &["--deadline", "1h"]);
+    let after = std::time::SystemTime::now();
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let wall = after.duration_since(before).unwrap().as_secs();
+    let t = &run.one("session_status")["status"]["time"];
+    let elapsed = t["elapsed_secs"].as_u64().unwrap();
+    let task = t["task_elapsed_secs"].as_u64().unwrap();
+    // At least the 2 s slept inside the task; the task inside the session; the session
+    // inside the run the test timed.
+    assert!(task >= 2, "{t}");
+    assert!(elapsed >= task && elapsed <= wall, "{t} (run: {wall}s)");
+    // --deadline 1h: an hour from when mur read it, whole seconds rounded down.
+    let at = humantime::parse_rfc3339(t["deadline"]["at"].as_str().unwrap()).unwrap();
+    let hour = Duration::from_secs(3600);
+    assert!(
+        at + Duration::from_secs(1) > before + hour && at <= after + hour,
+        "{t}"
+    );
+    let left = t["deadline"]["left_secs"].as_u64().unwrap();
+    assert!(left <= 3600 - 2 && left + wall + 2 >= 3600, "{t}");
+}
+
+#[test]
+fn budget_basis_is_max_input_tokens_only_when_the_ceiling_is_the_smaller() {
+    for (ceiling, budget, basis) in [
+        (6999, 6999, "max_input_tokens"),
+        (7000, 7000, "context_window_less_output_cap"),
+        (7001, 7000, "context_window_less_output_cap"),
+    ] {
+        let manifest = format!(
+            "name: t\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {{driver: script, script: replies.yaml, context_window: 8000, max_output_tokens: 1000, max_input_tokens: {ceiling}}}\n"
+        );
+        let c = Capsule::new().manifest(&manifest).file(
+            "replies.yaml",
+            "- tool_calls:\n    - {name: session-status}\n- text: done\n",
+        );
+        let run = c.run("t", &[]);
+        assert_eq!(run.code(), 0, "{}", run.dump());
+        let ctx = &run.one("session_status")["status"]["context"];
+        assert_eq!(ctx["window_tokens"], 8000, "{ctx}");
+        assert_eq!(ctx["budget_tokens"], budget, "ceiling {ceiling}: {ctx}");
+        assert_eq!(ctx["budget_basis"], basis, "ceiling {ceiling}: {ctx}");
+    }
+}
+
+#[test]
+fn a_command_that_could_not_start_carries_no_deadline_notice_the_next_result_does() {
+    let script = "- tool_calls:\n    - {name: no-such-binary-here}\n    - {name: session-status}\n- text: done\n";
+    let c = Capsule::scripted(
+        &["no-such-binary-here"],
+        "lifecycle:\n  deadline_notice_secs: 600\n",
+        script,
+    );
+    let run = c.run("t", &["--deadline", "120s"]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let calls = run.records("tool_call");
+    assert_eq!(calls[0]["status"], "failed");
+    let t = run.tool_texts();
+    assert!(
+        t[0].contains("cannot start `no-such-binary-here`"),
+        "{}",
+        t[0]
+    );
+    assert!(!t[0].contains("Session deadline"), "{}", t[0]);
+    assert!(regex_like(t[1].lines().last().unwrap()), "{}", t[1]);
+    assert_eq!(run.one("deadline_notice")["call_id"], calls[1]["call_id"]);
 }

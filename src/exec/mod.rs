@@ -31,6 +31,14 @@
 //! Zombies that left their group are reaped while the session runs by the
 //! [`orphans`] reaper, which skips every group a reaper thread still waits on.
 //!
+//! # A log that could not be written
+//!
+//! The command writes its log itself, so a write that fails (the file-size limit
+//! `RLIMIT_FSIZE` the command inherited from `mur`, or a full file system) fails in the
+//! command, not in `mur`. When the leader exits the reaper looks for the aftermath
+//! ([`log_write_failure`]) and reports it as the exit's `wait_error`, which makes the
+//! result's `status` `error` whatever the exit code.
+//!
 //! Each command's environment carries `MURMUR_WORK_ID=<work id>` and, for a session's
 //! supervisor, `MURMUR_SESSION=<session id>`: a descendant that escapes the group
 //! (`setsid`, double fork) keeps them, so the session's end can name it
@@ -74,7 +82,7 @@ pub struct ExitInfo {
     pub code: Option<i32>,
     /// The signal number when a signal killed it.
     pub signal: Option<i32>,
-    /// A failure in waiting for it.
+    /// A failure in waiting for it, or in writing its log ([`log_write_failure`]).
     pub wait_error: Option<String>,
 }
 
@@ -403,11 +411,13 @@ impl Supervisor {
         let st = state.clone();
         let events = self.events_tx.clone();
         let wid = work_id.clone();
-        let log = log_path.clone();
         let spawned = std::thread::Builder::new()
             .name("reaper".into())
             .stack_size(REAPER_STACK)
-            .spawn(move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid, &log));
+            .spawn({
+                let log = log_path.clone();
+                move || reap(pgid, &st, exited_tx, reaped_tx, &events, wid, &log)
+            });
         if let Err(source) = spawned {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = waitpid(Pid::from_raw(pgid), None);
@@ -506,6 +516,29 @@ impl Supervisor {
     }
 }
 
+/// What shows that writing the command's log at `log` failed, checked when its leader
+/// exits: the log reached the soft `RLIMIT_FSIZE` the command inherited (writes past
+/// it fail with `EFBIG` or kill the writer with `SIGXFSZ`), or the file system holding
+/// the log has no block left for an unprivileged writer (`ENOSPC`). `None` when
+/// neither shows.
+pub fn log_write_failure(log: &Path) -> Option<String> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let len = std::fs::metadata(log).map(|m| m.len()).ok()?;
+    if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_FSIZE) {
+        if soft != RLIM_INFINITY && len >= soft {
+            return Some(format!("writing the log failed: it reached the file-size limit (RLIMIT_FSIZE) of {soft} bytes, and output past it was lost"));
+        }
+    }
+    let dir = log.parent()?;
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(v) if v.blocks_available() == 0 => Some(format!(
+            "writing the log may have failed: the file system holding {} has no space left, and output may be missing from the log",
+            dir.display()
+        )),
+        _ => None,
+    }
+}
+
 /// The reaper thread's body: `waitpid(-pgid)` until `ECHILD`.
 #[allow(clippy::too_many_arguments)]
 fn reap(
@@ -515,18 +548,21 @@ fn reap(
     reaped_tx: Sender<()>,
     events: &Sender<ExitEvent>,
     work_id: String,
-    log_path: &Path,
+    log: &Path,
 ) {
     // No secret of the runtime's stays in clear in the log: masked when the leader
     // exits (before anyone is told) and again when the group is gone.
     let mask = || {
-        if let Err(e) = output::mask_log(log_path) {
-            log::warn!("cannot mask secrets in {}: {e}", log_path.display());
+        if let Err(e) = output::mask_log(log) {
+            log::warn!("cannot mask secrets in {}: {e}", log.display());
         }
     };
     let mut exited_tx = Some(exited_tx);
-    let mut report = |exit: ExitInfo| {
+    let mut report = |mut exit: ExitInfo| {
         mask();
+        if exit.wait_error.is_none() {
+            exit.wait_error = log_write_failure(log);
+        }
         state.lock().exit = Some((exit.clone(), Instant::now()));
         drop(exited_tx.take());
         let _ = events.send(ExitEvent {

@@ -44,9 +44,12 @@ pub struct Proc {
     pub zombie: bool,
 }
 
-/// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+/// Reads `/proc/<pid>/stat`; `None` when the process is gone. A command name that is
+/// not UTF-8 (a process may name itself with any bytes) is read lossily, never a reason
+/// to miss the process.
 pub fn read_stat(pid: i32) -> Option<Proc> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let raw = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let s = String::from_utf8_lossy(&raw);
     let open = s.find('(')?;
     let close = s.rfind(')')?;
     let comm = s.get(open + 1..close)?.to_string();

@@ -103,6 +103,7 @@ impl CallCtx {
             member_task: None,
             door: Some(self.link.address()),
             detail: None,
+            never_held: false,
         }
     }
 
@@ -112,6 +113,42 @@ impl CallCtx {
         let mut ended = self.ended(status, output);
         ended.detail = Some(e.detail().to_string());
         ended
+    }
+
+    /// An ending of a member that was busy at every offer and never took the task
+    /// (spec: "Ends rejected, never held" and "Ends abandoned, never held"): the output
+    /// is the sentence alone, `member_call.never_held` says how it ended.
+    fn ended_never_held(&self, status: CallStatus, output: String) -> EndedCall {
+        EndedCall {
+            never_held: true,
+            ..self.ended(status, output)
+        }
+    }
+
+    /// The call's end for an offer the member answered with a terminal state (spec,
+    /// "What a call returns" and "A busy member"): `TASK_STATE_REJECTED` ends it
+    /// rejected, any other terminal state failed.
+    fn offer_ending(&self, snap: &Snapshot) -> EndedCall {
+        let m = &self.member;
+        let mut e = match &snap.state {
+            State::Rejected => self.ended(
+                CallStatus::Rejected,
+                rejected_output(m, snap.message.as_deref()),
+            ),
+            State::Other(_) => return self.ending_of(snap),
+            s => {
+                let state = match snap.message.as_deref().filter(|t| !t.trim().is_empty()) {
+                    Some(msg) => format!("{} (status message: {msg})", s.wire()),
+                    None => s.wire().to_string(),
+                };
+                self.ended(
+                    CallStatus::Failed,
+                    format!("{m} ended the task as soon as it was offered, with the state {state}, so no answer can be read from it; the call ended failed"),
+                )
+            }
+        };
+        e.member_task = Some(snap.id.clone());
+        e
     }
 
     fn record_busy(&self, offer: u32) {
@@ -200,7 +237,7 @@ impl CallCtx {
                     self.record_start(&snap.id, 1);
                     First::Started(snap.id)
                 }
-                Offer::Ended => First::Ended(self.ending_of(&snap)),
+                Offer::Ended => First::Ended(self.offer_ending(&snap)),
             },
         }
     }
@@ -221,12 +258,13 @@ enum Offer {
     Ended,
 }
 
-/// A door's answer to an offer: busy refusal, held (not terminal, or completed at
-/// once: its answer is read by the first `GetTask`), or ended.
+/// A door's answer to an offer: busy refusal, held (a state that is not terminal), or
+/// ended (any terminal state, `TASK_STATE_COMPLETED` included: the spec's "another
+/// terminal state", which ends the call failed).
 fn classify(snap: &Snapshot) -> Offer {
     match &snap.state {
         _ if is_busy_refusal(snap) => Offer::Busy,
-        State::Submitted | State::Working | State::Completed => Offer::Held,
+        State::Submitted | State::Working => Offer::Held,
         _ => Offer::Ended,
     }
 }
@@ -236,7 +274,7 @@ fn classify(snap: &Snapshot) -> Offer {
 /// show this refusal only on a later `GetTask` (an a2a-sdk agent creates every task
 /// SUBMITTED before its executor runs); that is the same refusal of the same offer.
 fn is_busy_refusal(snap: &Snapshot) -> bool {
-    snap.state == State::Rejected && snap.message.as_deref().map(str::trim) == Some(BUSY_MESSAGE)
+    snap.state == State::Rejected && snap.message.as_deref() == Some(BUSY_MESSAGE)
 }
 
 /// Starts the poller thread of an outstanding call. It sends exactly one
@@ -298,9 +336,9 @@ fn offer(ctx: &CallCtx, abandon: &Receiver<()>) -> (Option<Result<Snapshot, Link
 fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
     let m = ctx.member.clone();
     let never_held = |ctx: &CallCtx| {
-        ctx.ended(
+        ctx.ended_never_held(
             CallStatus::Abandoned,
-            format!("never held: the calling task ended before {m} took the task; {m} was busy and was never handed it"),
+            format!("the calling task ended before {m} took the task; {m} was busy and was never handed it"),
         )
     };
     let mut wait = FIRST_REOFFER;
@@ -314,9 +352,9 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                     recv(after(left.min(wait + jitter()))) -> _ => {}
                 }
                 if Instant::now() >= ctx.deadline {
-                    return ctx.ended(
+                    return ctx.ended_never_held(
                         CallStatus::Rejected,
-                        format!("never held: {m} stayed busy with other work for the whole {}s this call may wait and never took the task; it was offered the task {offers} times. Nothing was done on it.", ctx.deadline_secs),
+                        format!("{m} stayed busy with other work for the whole {}s this call may wait and never took the task; it was offered the task {offers} times. Nothing was done on it.", ctx.deadline_secs),
                     );
                 }
                 let (answer, abandoned) = offer(ctx, abandon);
@@ -372,7 +410,7 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                                     offers,
                                 };
                             }
-                            Offer::Ended => return ctx.ending_of(&snap),
+                            Offer::Ended => return ctx.offer_ending(&snap),
                         }
                     }
                 }

@@ -198,6 +198,7 @@ mod tests {
             member_task: None,
             door: None,
             detail: None,
+            never_held: false,
         }
     }
 

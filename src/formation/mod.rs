@@ -85,6 +85,11 @@ pub struct EndedCall {
     /// The error as the runtime logs it, naming the URL called, for a call that ended
     /// on a door error (trace and stderr only; `output` is the model's text).
     pub detail: Option<String>,
+    /// `true` when the member was busy at every offer and the call ended before it
+    /// took the task: the spec's "Ends rejected, never held" (the deadline passed) and
+    /// "Ends abandoned, never held" (the calling task ended between offers, or while an
+    /// offer was on its way that the member turned away busy). `member_call.never_held`.
+    pub never_held: bool,
 }
 
 impl EndedCall {

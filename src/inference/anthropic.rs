@@ -10,6 +10,8 @@
 //! are assembled from `content_block_*` events, the token counts from `message_start`
 //! and `message_delta`; an `error` event (`overloaded_error`, `api_error`) is retried
 //! like a 529, and a stream that ends before `message_stop` is retried as broken off.
+//! Only `message_*` and `content_block_*` events count as progress for the stream's
+//! `request_timeout_secs`; `ping` events and comments do not.
 //! The choice's `stream: false` asks for one JSON body; a JSON body is read as such
 //! whichever was asked.
 
@@ -119,11 +121,16 @@ impl Driver for AnthropicDriver {
             headers.push(("x-api-key", k.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
         self.http
             .call(&headers, &body, attempts, |answer| match answer {
                 Answer::Json { value, raw } => parse_response(value, raw, req, made_up),
                 Answer::Stream(events) => read_stream(events, req, made_up),
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
             })
     }
 
@@ -239,6 +246,7 @@ fn parse_response(
             .and_then(Value::as_str)
             .map(str::to_string),
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
+        output_cap: None,
     })
 }
 
@@ -252,6 +260,9 @@ fn read_stream(
     while let Some(ev) = events.next()? {
         if st.event(&ev.event, &ev.data)? {
             break;
+        }
+        if std::mem::take(&mut st.progressed) {
+            events.progress();
         }
     }
     st.finish(req, made_up)
@@ -274,6 +285,9 @@ struct StreamState {
     stop_reason: Option<String>,
     model: Option<String>,
     done: bool,
+    /// The last event brought progress: a `message_*` or `content_block_*` event
+    /// (`ping` and events added later do not).
+    progressed: bool,
 }
 
 impl StreamState {
@@ -291,6 +305,7 @@ impl StreamState {
         })?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or(event);
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        self.progressed = kind.starts_with("message_") || kind.starts_with("content_block_");
         match kind {
             "error" => return Err(retry::stream_error(&v)),
             "message_start" => {
@@ -398,6 +413,7 @@ impl StreamState {
             usage,
             finish_reason: self.stop_reason,
             model: self.model,
+            output_cap: None,
         })
     }
 }

@@ -8,12 +8,12 @@
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::retry::{self, summarise_body, Backoff, Failure, Outcome, RetryPolicy};
-use super::sse::{Event, SseReader};
+use super::sse::{DeadlinePassed, Event, SseReader};
 use super::{AttemptSink, DriverError, Response};
 use crate::manifest::types::{Credential, DriverChoice};
 
@@ -26,7 +26,8 @@ pub(crate) const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
 /// One agent per driver, connect timeout [`CONNECT_TIMEOUT`], error statuses returned
 /// as responses. `request_timeout_secs` (0: none) bounds the whole request when
 /// `stream` is `false`; when streaming, it bounds the wait for the answer to start and
-/// each silence within it, so a long generation that keeps sending is never cut.
+/// each silence within it, so a long generation that keeps sending is never cut (the
+/// wait between events that bring progress is bounded by [`Events`]).
 pub(crate) fn agent(request_timeout_secs: u64, stream: bool) -> ureq::Agent {
     let t = (request_timeout_secs > 0).then(|| Duration::from_secs(request_timeout_secs));
     let b = ureq::Agent::config_builder()
@@ -147,29 +148,76 @@ pub(crate) enum Answer<'a> {
 }
 
 /// The events of a streamed answer.
+///
+/// With a `request_timeout_secs` (not 0) the stream has a progress deadline: it starts
+/// when the answer's headers arrived and is moved on by [`Events::progress`], which the
+/// driver calls for each event that brought something of the answer (content, tool
+/// call fragments, usage, the message's own events). SSE comments, `ping` events and
+/// other events that bring nothing do not move it, so a provider that sends only
+/// keep-alives times out like a silent one, as [`Outcome::Timeout`]. The deadline is
+/// checked as bytes arrive; a connection that goes wholly silent is ended by the
+/// socket's read timeout (also `request_timeout_secs`).
 pub(crate) struct Events {
     reader: SseReader<BufReader<ureq::BodyReader<'static>>>,
     timeout_secs: u64,
 }
 
 impl Events {
+    /// The events of `body`, its progress deadline `timeout_secs` from now (none when 0).
+    fn new(body: ureq::BodyReader<'static>, timeout_secs: u64) -> Self {
+        let mut ev = Events {
+            reader: SseReader::new(BufReader::new(body), MAX_BODY_BYTES),
+            timeout_secs,
+        };
+        ev.progress();
+        ev
+    }
+
+    /// The last event brought progress: the deadline is `request_timeout_secs` from now.
+    pub(crate) fn progress(&mut self) {
+        let at = (self.timeout_secs > 0)
+            .then(|| Instant::now() + Duration::from_secs(self.timeout_secs));
+        self.reader.set_deadline(at);
+    }
+
     /// The next event, `None` when the stream ended.
     ///
     /// # Errors
     ///
-    /// A transient [`Failure`] (`timeout` or `io`) when reading fails.
+    /// A transient [`Failure`]: `timeout` when nothing arrived, or nothing but
+    /// keep-alives, for `request_timeout_secs`; `io` when reading fails. A fatal `io`
+    /// failure when the stream grows past [`MAX_BODY_BYTES`] (a runaway answer would be
+    /// as long again on a retry).
     pub(crate) fn next(&mut self) -> Result<Option<Event>, Failure> {
+        let secs = self.timeout_secs;
         self.reader.next_event().map_err(|e| {
-            let f = match e.get_ref().and_then(|i| i.downcast_ref::<ureq::Error>()) {
-                Some(u) => classify(u, self.timeout_secs),
+            let inner = e.get_ref();
+            if inner.is_some_and(|i| i.is::<DeadlinePassed>()) {
+                return Failure::transient(
+                    Outcome::Timeout,
+                    None,
+                    format!(
+                        "timeout: the answer made no progress for request_timeout_secs ({secs} s), only keep-alives arrived"
+                    ),
+                );
+            }
+            let f = match inner.and_then(|i| i.downcast_ref::<ureq::Error>()) {
+                Some(u) => classify(u, secs),
                 None if e.kind() == std::io::ErrorKind::TimedOut => Failure::transient(
                     Outcome::Timeout,
                     None,
-                    timeout_detail(&ureq::Timeout::PerRead, self.timeout_secs),
+                    timeout_detail(&ureq::Timeout::PerRead, secs),
+                ),
+                None if e.kind() == std::io::ErrorKind::InvalidData => Failure::fatal(
+                    Outcome::Io,
+                    Some(200),
+                    format!(
+                        "the streamed answer is larger than {MAX_BODY_BYTES} bytes (16 MiB), the most mur reads of one answer, so it was cut off and is not retried"
+                    ),
                 ),
                 None => Failure::transient(Outcome::Io, None, e.to_string()),
             };
-            if f.outcome == Outcome::Timeout {
+            if f.outcome == Outcome::Timeout || !f.transient {
                 return f;
             }
             Failure {
@@ -217,7 +265,7 @@ fn timeout_detail(t: &ureq::Timeout, secs: u64) -> String {
 /// What [`post_json`] read: a whole body or a stream of events.
 enum Reply {
     Text(String),
-    Events(Events),
+    Events(Box<Events>),
 }
 
 /// A credential with a file path already resolved against the capsule directory.
@@ -349,14 +397,9 @@ fn post_json(
         .is_some_and(|m| m.eq_ignore_ascii_case("text/event-stream"));
     let mut resp_body = resp.into_body();
     if (200..300).contains(&status) && is_stream {
-        let reader = resp_body.into_with_config().limit(MAX_BODY_BYTES).reader();
-        return Ok((
-            status,
-            Reply::Events(Events {
-                reader: SseReader::new(BufReader::new(reader), MAX_BODY_BYTES),
-                timeout_secs: secs,
-            }),
-        ));
+        // No limit here: the SSE reader enforces MAX_BODY_BYTES itself, naming it.
+        let reader = resp_body.into_with_config().limit(u64::MAX).reader();
+        return Ok((status, Reply::Events(Box::new(Events::new(reader, secs)))));
     }
     let bytes = resp_body
         .with_config()

@@ -92,7 +92,8 @@ pub struct Request<'a> {
     pub messages: &'a [Message],
     /// The tools offered.
     pub tools: &'a [ToolSpec],
-    /// The output cap in tokens, if the choice sets one.
+    /// The output cap in tokens, if the choice sets one (a driver may send its own
+    /// default without one: [`Response::output_cap`] is what it sent).
     pub max_output_tokens: Option<u64>,
 }
 
@@ -124,6 +125,10 @@ pub struct Response {
     pub finish_reason: Option<String>,
     /// The model name the provider reported, when it gave one.
     pub model: Option<String>,
+    /// The output cap the request actually sent, in tokens (`None`: it sent none). The
+    /// anthropic driver always sends one, its default when neither the request nor the
+    /// choice sets one; session-status's `context.budget_tokens` subtracts this value.
+    pub output_cap: Option<u64>,
 }
 
 /// What a driver reports about each attempt of a call (becomes an `inference_attempt`

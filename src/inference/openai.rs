@@ -12,7 +12,10 @@
 //! an object (some servers). In a stream, tool call fragments are joined by their
 //! `index` (or, without one, by their `id`); an `error` chunk is retried like a 529
 //! unless it says the request itself is wrong; a stream that ends with neither
-//! `[DONE]` nor a `finish_reason` is retried as broken off.
+//! `[DONE]` nor a `finish_reason` is retried as broken off. Only chunks that bring
+//! text, tool call fragments, a finish reason or usage count as progress for the
+//! stream's `request_timeout_secs`; comments and bare chunks do
+//! not.
 
 use std::path::Path;
 
@@ -115,11 +118,16 @@ impl Driver for OpenAiDriver {
             headers.push(("authorization", a.as_str()));
         }
         let body = self.request_body(req);
+        let sent_cap = body.get("max_tokens").and_then(Value::as_u64);
         let made_up = &mut self.made_up_ids;
         self.http
             .call(&headers, &body, attempts, |answer| match answer {
                 Answer::Json { value, .. } => parse_response(value, req, made_up),
                 Answer::Stream(events) => read_stream(events, req, made_up),
+            })
+            .map(|r| Response {
+                output_cap: sent_cap,
+                ..r
             })
     }
 
@@ -215,6 +223,7 @@ fn parse_response(v: &Value, req: &Request<'_>, made_up: &mut u64) -> Result<Res
         usage,
         finish_reason,
         model,
+        output_cap: None,
     })
 }
 
@@ -274,6 +283,9 @@ fn read_stream(
         if st.chunk(&ev.event, &ev.data)? {
             break;
         }
+        if std::mem::take(&mut st.progressed) {
+            events.progress();
+        }
     }
     st.finish(req, made_up)
 }
@@ -287,6 +299,9 @@ struct StreamState {
     model: Option<String>,
     usage: Option<Usage>,
     done: bool,
+    /// The last chunk brought progress: text, a tool call fragment, a finish reason or
+    /// usage (a chunk with none of these, such as a bare role, is a keep-alive).
+    progressed: bool,
 }
 
 /// One tool call being assembled from its fragments.
@@ -325,6 +340,7 @@ impl StreamState {
         }
         if let Some(u) = reported_usage(v.get("usage")) {
             self.usage = Some(u);
+            self.progressed = true;
         }
         let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
             return Ok(false);
@@ -335,14 +351,17 @@ impl StreamState {
             .unwrap_or(&Value::Null);
         if let Some(t) = content_text(delta.get("content").unwrap_or(&Value::Null)) {
             self.text.push_str(&t);
+            self.progressed = true;
         }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for c in calls {
                 self.call_fragment(c);
+                self.progressed = true;
             }
         }
         if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish_reason = Some(r.to_string());
+            self.progressed = true;
         }
         Ok(false)
     }
@@ -421,6 +440,7 @@ impl StreamState {
             usage,
             finish_reason: self.finish_reason,
             model: self.model,
+            output_cap: None,
         })
     }
 }

@@ -15,8 +15,10 @@
 //! `Retry-After` is read in every form of RFC 9110 §10.2.3: delay seconds and the three
 //! HTTP-date forms of §5.6.7 (IMF-fixdate, RFC 850, asctime). A wait longer than
 //! [`RetryPolicy::max_retry_after`] ends the call at once with
-//! [`DriverError::RetryAfterTooLong`], naming the wait asked for; a value that does not
-//! parse gets the normal backoff and a warning.
+//! [`DriverError::RetryAfterTooLong`], naming the wait asked for (a number of seconds
+//! too large to hold is named as the provider sent it, or `more than
+//! 18446744073709551615 s`); a value that does not parse gets the normal backoff and a
+//! warning.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -155,6 +157,11 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
     /// A `Retry-After` value that did not parse, as sent (the normal backoff is used).
     pub retry_after_unparsed: Option<String>,
+    /// How messages name the wait asked for when `retry_after` cannot say it: a number
+    /// of seconds (or milliseconds) too large for it, as the provider sent it
+    /// (`99999999999999999999999 s`), or `more than 18446744073709551615 s` when even
+    /// that is too long to quote. `None`: [`describe_wait`] of `retry_after`.
+    pub retry_after_asked: Option<String>,
     /// One line saying what went wrong, provider message quoted.
     pub detail: String,
 }
@@ -168,6 +175,7 @@ impl Failure {
             transient: true,
             retry_after: None,
             retry_after_unparsed: None,
+            retry_after_asked: None,
             detail,
         }
     }
@@ -180,6 +188,7 @@ impl Failure {
             transient: false,
             retry_after: None,
             retry_after_unparsed: None,
+            retry_after_asked: None,
             detail,
         }
     }
@@ -235,19 +244,54 @@ impl Failure {
         } else {
             Failure::fatal(Outcome::HttpStatus, Some(status), detail)
         };
-        f.retry_after = retry_after_ms
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|ms| ms.is_finite() && *ms >= 0.0)
-            .map(|ms| Duration::from_millis(ms.min(u64::MAX as f64) as u64));
+        let ms = retry_after_ms
+            .map(str::trim)
+            .and_then(|v| Some((v, v.parse::<f64>().ok()?)))
+            .filter(|(_, ms)| ms.is_finite() && *ms >= 0.0);
+        if let Some((text, ms)) = ms {
+            f.retry_after = Some(Duration::from_millis(ms.min(u64::MAX as f64) as u64));
+            if ms > u64::MAX as f64 {
+                f.retry_after_asked = Some(asked_as_sent(text, "ms"));
+            }
+        }
         if f.retry_after.is_none() {
             if let Some(v) = retry_after.filter(|v| !v.trim().is_empty()) {
                 f.retry_after = parse_retry_after(v, SystemTime::now());
                 if f.retry_after.is_none() {
                     f.retry_after_unparsed = Some(v.to_string());
                 }
+                let digits = v.trim();
+                if f.retry_after.is_some()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && digits.parse::<u64>().is_err()
+                {
+                    f.retry_after_asked = Some(asked_as_sent(digits, "s"));
+                }
             }
         }
         f
+    }
+}
+
+/// The longest number of a `Retry-After` quoted as sent, in characters; a longer one
+/// is named `more than 18446744073709551615 <unit>`.
+pub const MAX_QUOTED_WAIT_CHARS: usize = 40;
+
+/// A wait too large for a [`Duration`], named as the provider sent it: `text <unit>`
+/// (leading zeros dropped), or `more than 18446744073709551615 <unit>` when `text` is
+/// longer than [`MAX_QUOTED_WAIT_CHARS`].
+fn asked_as_sent(text: &str, unit: &str) -> String {
+    let text = text.trim();
+    let digits = text.trim_start_matches('0');
+    let text = if digits.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        text
+    } else {
+        digits
+    };
+    if text.chars().count() > MAX_QUOTED_WAIT_CHARS {
+        format!("more than {} {unit}", u64::MAX)
+    } else {
+        format!("{text} {unit}")
     }
 }
 
@@ -519,7 +563,7 @@ pub fn run<T>(
                     return Err(DriverError::RetryAfterTooLong {
                         url: url.to_string(),
                         detail: f.detail,
-                        asked: describe_wait(asked),
+                        asked: f.retry_after_asked.unwrap_or_else(|| describe_wait(asked)),
                         cap: describe_wait(policy.max_retry_after),
                     });
                 }
@@ -578,6 +622,32 @@ mod tests {
         );
         for bad in ["soon", "-1", "1.5", "", "Sun, 32 Nov 1994 08:49:37 GMT"] {
             assert_eq!(parse_retry_after(bad, now), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_too_large_for_a_duration_is_named_as_sent() {
+        let f = Failure::from_status(429, Some("99999999999999999999999"), None, "");
+        assert_eq!(f.retry_after, Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("99999999999999999999999 s")
+        );
+        let f = Failure::from_status(429, Some(" 0018446744073709551616 "), None, "");
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("18446744073709551616 s")
+        );
+        let f = Failure::from_status(429, Some(&"9".repeat(500)), None, "");
+        assert_eq!(
+            f.retry_after_asked.as_deref(),
+            Some("more than 18446744073709551615 s")
+        );
+        let f = Failure::from_status(429, None, Some("1e30"), "");
+        assert_eq!(f.retry_after_asked.as_deref(), Some("1e30 ms"));
+        for fits in ["18446744073709551615", "7200"] {
+            let f = Failure::from_status(429, Some(fits), None, "");
+            assert_eq!(f.retry_after_asked, None, "{fits}: describe_wait says it");
         }
     }
 

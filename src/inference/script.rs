@@ -277,6 +277,8 @@ impl Driver for ScriptDriver {
             usage,
             finish_reason: None,
             model: Some("script".into()),
+            // A script sends nothing; it counts the choice's cap as sent.
+            output_cap: req.max_output_tokens,
         })
     }
 

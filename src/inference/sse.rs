@@ -8,8 +8,15 @@
 //! `error: {…}` instead of `event: error` + `data: {…}` (llama.cpp does), a field named
 //! `error` makes the event an `error` event with that value as data. Data still pending
 //! at the end of the stream is reported as a last event.
+//!
+//! A reader may carry a deadline ([`SseReader::set_deadline`]): every chunk of bytes
+//! read is checked against it, so comments or events that arrive often but are not
+//! progress cannot keep a stream alive past it, however the socket's own read timeout
+//! is reset by each byte.
 
+use std::fmt;
 use std::io::{self, BufRead};
+use std::time::Instant;
 
 /// One event of the stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,12 +27,26 @@ pub struct Event {
     pub data: String,
 }
 
+/// The error inside the [`io::ErrorKind::TimedOut`] that [`SseReader::next_event`]
+/// returns when bytes arrived after the reader's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadlinePassed;
+
+impl fmt::Display for DeadlinePassed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the stream's deadline passed")
+    }
+}
+
+impl std::error::Error for DeadlinePassed {}
+
 /// Reads [`Event`]s from a byte stream, refusing more than `limit` bytes in all.
 #[derive(Debug)]
 pub struct SseReader<R> {
     inner: R,
     limit: u64,
     read: u64,
+    deadline: Option<Instant>,
     line: Vec<u8>,
     /// A CR ended the last line: an LF right after it belongs to it.
     after_cr: bool,
@@ -39,18 +60,28 @@ impl<R: BufRead> SseReader<R> {
             inner,
             limit,
             read: 0,
+            deadline: None,
             line: Vec::new(),
             after_cr: false,
             done: false,
         }
     }
 
+    /// Sets (or, with `None`, clears) the instant after which reading fails: once it
+    /// passed, the next chunk of bytes read (a comment, an event, a part of a line)
+    /// makes [`SseReader::next_event`] fail with [`DeadlinePassed`]. The caller moves
+    /// it on when an event brought progress.
+    pub fn set_deadline(&mut self, at: Option<Instant>) {
+        self.deadline = at;
+    }
+
     /// The next event, `None` at the end of the stream.
     ///
     /// # Errors
     ///
-    /// The reader's I/O error, or [`io::ErrorKind::InvalidData`] when the stream grows
-    /// past the limit.
+    /// The reader's I/O error; [`io::ErrorKind::InvalidData`] when the stream grows
+    /// past the limit; [`io::ErrorKind::TimedOut`] holding [`DeadlinePassed`] when
+    /// bytes arrived after the deadline ([`SseReader::set_deadline`]).
     pub fn next_event(&mut self) -> io::Result<Option<Event>> {
         let mut event = String::new();
         let mut data: Option<String> = None;
@@ -158,6 +189,9 @@ impl<R: BufRead> SseReader<R> {
                     format!("the stream is larger than {} bytes", self.limit),
                 ));
             }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, DeadlinePassed));
+            }
             if ended {
                 return Ok(Some(String::from_utf8_lossy(&self.line).into_owned()));
             }
@@ -205,6 +239,18 @@ mod tests {
             events("error: {\"code\":500}\n\n"),
             [("error".into(), "{\"code\":500}".into())]
         );
+    }
+
+    #[test]
+    fn a_passed_deadline_fails_even_on_comments() {
+        let mut r = SseReader::new(": keep-alive\n\ndata: x\n\n".as_bytes(), 1 << 20);
+        r.set_deadline(Some(Instant::now()));
+        let e = r.next_event().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.get_ref().unwrap().is::<DeadlinePassed>());
+        let mut r = SseReader::new(": keep-alive\n\ndata: x\n\n".as_bytes(), 1 << 20);
+        r.set_deadline(Some(Instant::now() + std::time::Duration::from_secs(3600)));
+        assert_eq!(r.next_event().unwrap().unwrap().data, "x");
     }
 
     #[test]

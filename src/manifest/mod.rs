@@ -4,8 +4,10 @@
 //! [`ManifestError`] listing every problem with its `file:line:column`. The key
 //! reference is in [`types`].
 
+mod flow;
 pub mod keys;
 pub mod parse;
+pub mod replies;
 pub mod roster;
 mod sections;
 mod suggest;

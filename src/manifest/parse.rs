@@ -124,6 +124,7 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
         "empty manifest: missing required key `name`",
         sections::manifest,
     );
+    let diagnostics = not_provided_first(diagnostics);
     match manifest {
         Some(m) if diagnostics.is_empty() => Ok(m),
         _ => {
@@ -131,6 +132,44 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
             Err(ManifestError { diagnostics })
         }
     }
+}
+
+/// Keys the parser knows (their types are checked) that this build does not provide:
+/// staging refuses a capsule that sets one (see `staging::inventory_for`).
+pub const NOT_PROVIDED: &[&str] = &[
+    "lifecycle.done_check",
+    "lifecycle.keep_working",
+    "lifecycle.max_task_reopens",
+    "inference.compaction",
+];
+
+/// The message for a key of [`NOT_PROVIDED`] whose value has problems.
+pub const NOT_PROVIDED_MESSAGE: &str =
+    "not provided by this build of mur (it would be silently ignored); remove it to run this capsule";
+
+/// Problems inside a key this build does not provide are beside the point: fixing
+/// them would only lead to staging's refusal. They become one diagnostic saying so, at
+/// the first of them.
+fn not_provided_first(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    for key in NOT_PROVIDED {
+        let inside = |d: &Diagnostic| {
+            d.path == *key
+                || d.path
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+        };
+        let Some(first) = diagnostics.iter().find(|d| inside(d)).cloned() else {
+            continue;
+        };
+        diagnostics.retain(|d| !inside(d));
+        diagnostics.push(Diagnostic {
+            path: key.to_string(),
+            message: NOT_PROVIDED_MESSAGE.into(),
+            ..first
+        });
+    }
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    diagnostics
 }
 
 /// Parses `text` (named `file` in diagnostics) into a spanned tree and walks its root
@@ -187,7 +226,23 @@ fn syntax_diagnostics(cx: &mut Cx, text: &str, e: &yaml::SyntaxError) {
             tab_lines.push(i + 1);
         }
     }
-    if !tab_lines.contains(&e.pos.line) {
-        cx.err(e.pos, "", format!("invalid YAML: {}", e.message));
+    if tab_lines.contains(&e.pos.line) {
+        return;
+    }
+    // An unclosed `[` or `{` is reported where the scanner gave up, often the end of
+    // the file: point at where it opened instead.
+    match super::flow::unclosed_before(text, e.pos) {
+        Some((open, ch)) => {
+            let close = if ch == '[' { ']' } else { '}' };
+            cx.err(
+                open,
+                "",
+                format!(
+                    "invalid YAML: this `{ch}` is never closed; close it with `{close}` (the parser gave up at {}:{}: {})",
+                    e.pos.line, e.pos.column, e.message
+                ),
+            );
+        }
+        None => cx.err(e.pos, "", format!("invalid YAML: {}", e.message)),
     }
 }

@@ -131,7 +131,10 @@ impl Roster {
 /// when the file cannot be read.
 pub fn load_roster(path: &Path) -> Result<Roster, ManifestError> {
     let (text, file) = read(path, "roster")?;
-    parse_roster(&text, &file)
+    let base = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    parse_roster_in(&text, &file, base.as_deref())
 }
 
 /// Validates roster text; `file` names it in diagnostics.
@@ -143,6 +146,21 @@ pub fn load_roster(path: &Path) -> Result<Roster, ManifestError> {
 /// neither of `capsule` and `door`, an `entry` or `calls` naming no member (with the
 /// nearest member name), a member calling itself, a remote entry member.
 pub fn parse_roster(text: &str, file: &str) -> Result<Roster, ManifestError> {
+    parse_roster_in(text, file, None)
+}
+
+/// [`parse_roster`] for a roster in the directory `base`: each local member's
+/// `capsule` must also exist there (a directory with a `murmur.yaml`, or the file),
+/// else it is reported at its position, with the nearest capsule directory beside it.
+///
+/// # Errors
+///
+/// As [`parse_roster`], and a `capsule` that names no capsule.
+pub fn parse_roster_in(
+    text: &str,
+    file: &str,
+    base: Option<&Path>,
+) -> Result<Roster, ManifestError> {
     let (roster, diagnostics) = walk_yaml(
         text,
         file,
@@ -154,6 +172,7 @@ pub fn parse_roster(text: &str, file: &str) -> Result<Roster, ManifestError> {
                     node: root,
                     path: "",
                 },
+                base,
             )
         },
     );
@@ -195,7 +214,7 @@ fn member_ref(cx: &mut Cx, f: Field, names: &[&str]) -> Option<String> {
     None
 }
 
-fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
+fn walk(cx: &mut Cx, top: Field, base: Option<&Path>) -> Option<Roster> {
     if !matches!(top.node.value, Value::Map(_)) {
         cx.err(
             top.node.pos,
@@ -251,6 +270,7 @@ fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
                     path: &path,
                 },
                 &names,
+                base,
             ) {
                 members.push(m);
             }
@@ -284,13 +304,25 @@ fn walk(cx: &mut Cx, top: Field) -> Option<Roster> {
     })
 }
 
-fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMember> {
+fn member(
+    cx: &mut Cx,
+    name: &str,
+    f: Field,
+    names: &[&str],
+    base: Option<&Path>,
+) -> Option<RosterMember> {
     let m = f.obj(cx, keys::ROSTER_MEMBER)?;
     let capsule = m.opt(cx, "capsule", |cx, f| {
         let s = f.str(cx)?;
         if s.trim().is_empty() {
             cx.err(f.node.pos, f.path, "must not be empty");
             return None;
+        }
+        if let Some(base) = base {
+            if let Some(problem) = missing_capsule(base, &s) {
+                cx.err(f.node.pos, f.path, problem);
+                return None;
+            }
         }
         Some(PathBuf::from(s))
     });
@@ -386,6 +418,46 @@ fn member(cx: &mut Cx, name: &str, f: Field, names: &[&str]) -> Option<RosterMem
         calls,
         request_timeout_secs,
     })
+}
+
+/// Why `capsule` (as written, relative to `base`) names no capsule, with the nearest
+/// capsule directory beside where it points; `None` when it is one.
+fn missing_capsule(base: &Path, capsule: &str) -> Option<String> {
+    let p = base.join(capsule);
+    if p.is_file() || p.join("murmur.yaml").is_file() {
+        return None;
+    }
+    if p.is_dir() {
+        return Some(format!(
+            "`{capsule}` has no murmur.yaml ({} is a directory, not a capsule)",
+            p.display()
+        ));
+    }
+    // Capsule directories beside the one named, by the name as written.
+    let written = Path::new(capsule);
+    let (prefix, last) = match (written.parent(), written.file_name()) {
+        (Some(pa), Some(l)) => (pa.to_path_buf(), l.to_string_lossy().into_owned()),
+        _ => (PathBuf::new(), capsule.to_string()),
+    };
+    let siblings: Vec<String> = std::fs::read_dir(base.join(&prefix))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().join("murmur.yaml").is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let known: Vec<&str> = siblings.iter().map(String::as_str).collect();
+    let hint = suggest::nearest(&last, &known)
+        .map(|n| {
+            let shown = prefix.join(n).display().to_string();
+            format!(" (did you mean `{shown}`?)")
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "`{capsule}`: no such capsule directory or murmur.yaml, relative to the roster's directory {}{hint}",
+        base.display()
+    ))
 }
 
 #[cfg(test)]

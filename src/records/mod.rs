@@ -5,6 +5,16 @@
 //! "type": "<record type>", …fields}`. The writer formats the whole line, then writes it
 //! with one `write(2)` to a file opened `O_APPEND`, so a crash may lose the last record
 //! but never leaves a half line before another.
+//!
+//! While its session lives, the writer holds an exclusive `flock(2)` on `trace.jsonl`
+//! ([`is_running`] tests it; the kernel drops it when `mur` dies, however it dies), so
+//! `mur trace --follow`, `mur sessions` and `mur gc` can tell a running session from
+//! one whose `mur` was killed. [`read`] reads a trace back as a stream, [`find`] finds a
+//! session's records directory, [`latest`] keeps the `latest` symlinks.
+
+pub mod find;
+pub mod latest;
+pub mod read;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -39,6 +49,7 @@ impl Trace {
     /// Errors: the file cannot be opened.
     pub fn open(path: &Path, session: &str) -> std::io::Result<Trace> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = lock_running(file, path);
         let (tx, rx) = unbounded::<Line>();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())
@@ -104,13 +115,56 @@ impl Trace {
     }
 }
 
-fn write_loop(mut file: File, rx: crossbeam_channel::Receiver<Line>) {
+/// The trace file, locked while the session runs when the file system allows it.
+enum Held {
+    Locked(nix::fcntl::Flock<File>),
+    Plain(File),
+}
+
+impl Held {
+    fn file(&self) -> &File {
+        match self {
+            Held::Locked(f) => f,
+            Held::Plain(f) => f,
+        }
+    }
+}
+
+fn lock_running(file: File, path: &Path) -> Held {
+    use nix::fcntl::{Flock, FlockArg};
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(f) => Held::Locked(f),
+        Err((file, e)) => {
+            log::warn!(
+                "cannot lock {}: {e}; mur trace --follow and mur gc cannot tell this session is running",
+                path.display()
+            );
+            Held::Plain(file)
+        }
+    }
+}
+
+/// Whether the session that writes `trace` is running: its `mur` holds the lock that
+/// [`Trace::open`] takes. A file that cannot be opened is not running.
+pub fn is_running(trace: &Path) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    let Ok(file) = File::open(trace) else {
+        return false;
+    };
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_) => false,
+        Err((_, e)) => e == nix::errno::Errno::EWOULDBLOCK,
+    }
+}
+
+fn write_loop(file: Held, rx: crossbeam_channel::Receiver<Line>) {
+    let mut f = file.file();
     for Line(bytes) in rx {
-        if let Err(e) = file.write_all(&bytes) {
+        if let Err(e) = f.write_all(&bytes) {
             log::error!("cannot write trace record: {e}");
         }
     }
-    let _ = file.sync_all();
+    let _ = file.file().sync_all();
 }
 
 /// Now as RFC 3339 UTC with milliseconds, e.g. `2026-10-20T14:00:00.123Z`.

@@ -171,6 +171,7 @@ impl Loop<'_> {
                 member_task: None,
                 door: Some(link.address()),
                 detail: None,
+                never_held: false,
             })
         } else {
             let ctx = CallCtx {
@@ -230,6 +231,7 @@ impl Loop<'_> {
                             member_task: None,
                             door: Some(link.address()),
                             detail: None,
+                            never_held: false,
                         }),
                     }
                 }
@@ -274,7 +276,8 @@ impl Loop<'_> {
             return ToolResult::refused(end_without_answer::call_still_out(&s.call_id, &s.member));
         }
         let reason = match input.get("reason") {
-            Some(Value::String(r)) if !r.trim().is_empty() => r.trim().to_string(),
+            // Kept as given: the reason is the task's status message (spec).
+            Some(Value::String(r)) if !r.trim().is_empty() => r.clone(),
             _ => return ToolResult::refused(end_without_answer::NO_REASON),
         };
         if self.calls.ending.is_some() {
@@ -348,6 +351,7 @@ impl Loop<'_> {
             "status" => e.status.as_str(),
             "delivered" => delivered,
             "member_task" => e.member_task,
+            "never_held" => e.never_held,
             "output" => continuation::cut_utf8(&e.output, continuation::OUTPUT_CAP),
             "no_answer_below" => e.below.iter().map(|(n, s)| json!({"member": n, "status": s})).collect::<Vec<_>>(),
         };
@@ -405,6 +409,7 @@ impl Loop<'_> {
                 member_task: None,
                 door: None,
                 detail: None,
+                never_held: false,
             });
             self.record_member_call(&e, false);
         }

@@ -88,8 +88,7 @@ impl Loop<'_> {
         let kind = choice.driver;
         match result {
             Ok(resp) => {
-                self.counters
-                    .add_usage(&resp.usage, choice.max_output_tokens);
+                self.counters.add_usage(&resp.usage, resp.output_cap);
                 let u = resp.usage;
                 self.trace.record(
                     Some(&self.task_id),
@@ -151,10 +150,16 @@ fn report_retry(progress: &crate::progress::Progress, turn: u64, a: &inference::
         ),
     );
     if !progress.is_live() {
+        let detail = a.detail.as_deref().unwrap_or("no detail");
+        // A detail that already opens with its outcome (`timeout: …`) is not prefixed
+        // twice.
+        let why = match detail.strip_prefix(reason.as_str()) {
+            Some(rest) if rest.starts_with(':') => detail.to_string(),
+            _ => format!("{reason}: {detail}"),
+        };
         log::warn!(
-            "turn {turn}: model attempt {} of {max} failed ({reason}: {}); attempt {next} in {wait}",
-            a.number,
-            a.detail.as_deref().unwrap_or("no detail")
+            "turn {turn}: model attempt {} of {max} failed ({why}); attempt {next} in {wait}",
+            a.number
         );
     }
 }

@@ -315,6 +315,15 @@ pub fn serve(
             "mur_version" => env!("CARGO_PKG_VERSION"),
         },
     );
+    // The newest session's records, overall and per capsule (`mur trace latest`).
+    let home = crate::staging::murmur_home();
+    crate::records::latest::point_all(
+        &[
+            &home.join("records").join("latest"),
+            &crate::staging::default_records_dir(&home, &spec.staged.capsule_dir, "latest"),
+        ],
+        rd,
+    );
     let after_task = spec.manifest.after_task.unwrap_or(default_after);
     let supervisor = confined_supervisor(&spec)?;
     let mut lp = Loop {

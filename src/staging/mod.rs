@@ -14,6 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::manifest::{Manifest, Transport};
+
+pub mod runtime;
 use crate::tools::{self, ToolEntry, RESERVED};
 
 /// A staged capsule.
@@ -134,11 +136,30 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
         .map_err(|e| errors_in(&manifest_path, &e.diagnostics))?;
     inventory_for(&manifest, callees).map_err(|e| format!("{}: {e}", manifest_path.display()))?;
     preflight(&dir, &manifest).map_err(|errs| {
+        // Each problem in the file it is in: the manifest's own, or a replies file's.
+        let mut files: Vec<PathBuf> = Vec::new();
         let lines: Vec<String> = errs
             .iter()
-            .map(|e| format!("{}: {e}", manifest_path.display()))
+            .map(|e| match e {
+                Preflight::Manifest(m) => {
+                    if !files.contains(&manifest_path) {
+                        files.push(manifest_path.clone());
+                    }
+                    format!("{}: {m}", manifest_path.display())
+                }
+                Preflight::Replies(d) => {
+                    let f = PathBuf::from(&d.file);
+                    if !files.contains(&f) {
+                        files.push(f);
+                    }
+                    d.to_string()
+                }
+            })
             .collect();
-        errors_in(&manifest_path, &lines)
+        match files.as_slice() {
+            [one] => errors_in(one, &lines),
+            _ => errors_in(&dir, &lines),
+        }
     })?;
     if !manifest.capabilities.shell_allow.is_empty() {
         let plan = sandbox_plan(&manifest);
@@ -341,6 +362,7 @@ pub fn stage_member(
         move |source| StageError::Io { path, source }
     };
     std::fs::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
+    runtime::lock(&runtime_dir);
     let staged_manifest = runtime_dir.join("murmur.yaml");
     std::fs::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
     for t in &inventory {
@@ -389,34 +411,67 @@ pub fn absent_tool_message(name: &str, inventory: &[ToolEntry]) -> String {
     }
 }
 
+/// One problem [`preflight`] found.
+#[derive(Debug, Clone)]
+pub enum Preflight {
+    /// A problem of the manifest: `KEY.PATH: MESSAGE`, reported under its path.
+    Manifest(String),
+    /// A problem inside a `script` replies file, at its own position there.
+    Replies(crate::manifest::parse::Diagnostic),
+}
+
+impl From<String> for Preflight {
+    fn from(s: String) -> Self {
+        Preflight::Manifest(s)
+    }
+}
+
+impl std::fmt::Display for Preflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Preflight::Manifest(m) => f.write_str(m),
+            Preflight::Replies(d) => write!(f, "{d}"),
+        }
+    }
+}
+
 /// Checks what the manifest points at on disk, so `mur check` and staging refuse a
 /// capsule that could not run: the workdir is a directory, `prompt.system_file` is a
 /// readable file, and every `script` choice's replies file loads.
 ///
-/// Errors: one message per problem, naming the key and the path.
-pub fn preflight(capsule_dir: &Path, m: &Manifest) -> Result<(), Vec<String>> {
+/// Errors: one per problem: a message naming the manifest's key and the path, or a
+/// replies file's own diagnostics (every one, each at its line and column there).
+pub fn preflight(capsule_dir: &Path, m: &Manifest) -> Result<(), Vec<Preflight>> {
     let mut errs = Vec::new();
     let wd = capsule_dir.join(&m.workdir);
     if !wd.is_dir() {
-        errs.push(format!(
-            "workdir: {} is not a directory; create it or point workdir at one",
-            wd.display()
-        ));
+        errs.push(
+            format!(
+                "workdir: {} is not a directory; create it or point workdir at one",
+                wd.display()
+            )
+            .into(),
+        );
     }
     if let Some(f) = &m.prompt.system_file {
         let p = capsule_dir.join(f);
         if !p.is_file() {
-            errs.push(format!(
-                "prompt.system_file: {} is not a readable file",
-                p.display()
-            ));
+            errs.push(format!("prompt.system_file: {} is not a readable file", p.display()).into());
         }
     }
     if let Some(inf) = &m.inference {
         for (name, c) in &inf.choices {
             if let (crate::manifest::DriverKind::Script, Some(s)) = (c.driver, &c.script) {
-                if let Err(e) = crate::inference::script::ScriptDriver::load(&capsule_dir.join(s)) {
-                    errs.push(format!("inference.choices.{name}.script: {e}"));
+                let path = capsule_dir.join(s);
+                let problems = if path.is_file() {
+                    crate::manifest::replies::check(&path)
+                } else {
+                    Vec::new()
+                };
+                if !problems.is_empty() {
+                    errs.extend(problems.into_iter().map(Preflight::Replies));
+                } else if let Err(e) = crate::inference::script::ScriptDriver::load(&path) {
+                    errs.push(format!("inference.choices.{name}.script: {e}").into());
                 }
             }
         }
@@ -448,6 +503,9 @@ pub fn fresh_records_dir(d: &Path) -> Result<PathBuf, String> {
 
 /// Removes the runtime directories it holds when dropped: a session's runtime
 /// directory lives as long as the session, on every path out (the records stay).
+/// Under `--keep-runtime` ([`runtime::keep_runtime_dirs`]) they are marked kept
+/// instead; dropped while the thread panics, they are left for inspection (the next
+/// start sweeps them, see [`runtime::sweep_leftovers`]).
 #[derive(Debug, Default)]
 pub struct RuntimeDirs(Vec<PathBuf>);
 
@@ -460,12 +518,18 @@ impl RuntimeDirs {
 
 impl Drop for RuntimeDirs {
     fn drop(&mut self) {
+        let panicking = std::thread::panicking();
         for d in &self.0 {
-            if let Err(e) = std::fs::remove_dir_all(d) {
+            if panicking {
+                log::warn!("left the runtime directory {} for inspection", d.display());
+            } else if runtime::keeping() {
+                runtime::mark_kept(d);
+            } else if let Err(e) = std::fs::remove_dir_all(d) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     log::warn!("cannot remove the runtime directory {}: {e}", d.display());
                 }
             }
+            runtime::release(d);
         }
     }
 }

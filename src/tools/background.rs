@@ -348,7 +348,9 @@ pub fn holders_note(supervisor: &Supervisor, running: &Running) -> Option<String
     let mut named: Vec<String> = h
         .iter()
         .take(10)
-        .map(|p| format!("{} ({})", p.pid, p.comm))
+        // The name is the process's own choice: escaped, so it cannot break the note's
+        // line or forge one of its own.
+        .map(|p| format!("{} ({})", p.pid, p.comm.escape_debug()))
         .collect();
     if h.len() > 10 {
         named.push(format!("and {} more", h.len() - 10));

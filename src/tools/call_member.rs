@@ -90,10 +90,14 @@ pub fn busy_output(member: &str) -> String {
 pub const BUSY_MESSAGE: &str = "task rejected: capsule is busy";
 
 /// The `output` for a door's `TASK_STATE_REJECTED` answer with status message `message`
-/// (spec: "A door's TASK_STATE_REJECTED answer reads as one sentence").
+/// (spec: "A door's TASK_STATE_REJECTED answer reads as one sentence"). Only exactly
+/// [`BUSY_MESSAGE`] reads as busy; any other message, the busy words with spaces around
+/// them included, is a refusal for another reason.
 pub fn rejected_output(member: &str, message: Option<&str>) -> String {
+    if message == Some(BUSY_MESSAGE) {
+        return busy_output(member);
+    }
     match message.map(str::trim).filter(|m| !m.is_empty()) {
-        Some(BUSY_MESSAGE) => busy_output(member),
         Some(m) => {
             let m = m.strip_prefix("task rejected: ").unwrap_or(m);
             format!("{member} did not take the task: {m}")
@@ -156,6 +160,10 @@ mod tests {
         assert_eq!(
             rejected_output("critic", None),
             "critic did not take the task"
+        );
+        assert_eq!(
+            rejected_output("critic", Some(" task rejected: capsule is busy\n")),
+            "critic did not take the task: capsule is busy"
         );
     }
 

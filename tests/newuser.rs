@@ -1,0 +1,125 @@
+//! The smaller things a new user tripped over: each one as the user sees it.
+
+mod support;
+
+use support::Capsule;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn replies_file_errors_are_reported_in_the_replies_file_all_of_them() {
+    let c = Capsule::scripted(
+        &[],
+        "",
+        "- text: hi\n  tool_calls: 3\n- txet: x\n- tool_calls: [{nme: a}]\n",
+    );
+    let replies = c.dir.join("replies.yaml");
+    let r = replies.display();
+    let want = format!(
+        "mur: 4 error(s) in {r}\n\
+         {r}:2:15: [0].tool_calls: expected a list, found integer `3`\n\
+         {r}:3:3: [1]: unknown key `txet` (did you mean `text`?)\n\
+         {r}:4:16: [2].tool_calls[0]: missing required key `name` (the tool to call)\n\
+         {r}:4:17: [2].tool_calls[0]: unknown key `nme` (did you mean `name`?)\n"
+    );
+    let check = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(check.status.code(), Some(2));
+    assert_eq!(text(&check.stderr), want);
+    let run = c.run("t", &[]);
+    assert_eq!(run.code(), 2);
+    assert_eq!(run.stderr(), want);
+}
+
+#[test]
+fn the_usage_line_after_an_error_shows_what_is_optional() {
+    let c = Capsule::new();
+    let out = c
+        .mur()
+        .args(["run", "x", "--task", "a", "--task-file", "b"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "\nUsage: mur run [OPTIONS] [CAPSULE]\n       mur run --roster <FILE> [OPTIONS]\n"
+        ),
+        "{err}"
+    );
+    let out = c
+        .mur()
+        .args(["check", "x", "--roster", "r"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("\nUsage: mur check [CAPSULE]\n       mur check --roster <FILE>\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_with_no_argument_names_the_capsule() {
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    let out = c.mur().arg("check").current_dir(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = c.dir.canonicalize().unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}: ok (capsule test)\n", dir.display())
+    );
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}: ok (capsule test)\n", c.dir.display())
+    );
+}
+
+#[test]
+fn the_workdir_default_does_not_read_like_the_parent_directory() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/murmur.yaml.5")).unwrap();
+    let at = page.find(".B workdir\n").expect("workdir entry");
+    let entry = &page[at..at + 200];
+    assert!(!entry.contains(".IR . ."), "{entry}");
+    assert!(
+        entry.contains("Default: the capsule directory itself\n(written \\fBworkdir: .\\fR)."),
+        "{entry}"
+    );
+}
+
+#[test]
+fn a_reserved_key_is_refused_for_what_it_is_first() {
+    let c = Capsule::scripted(&[], "lifecycle:\n  keep_working: {}\n", "- text: hi\n");
+    let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let m = c.dir.join("murmur.yaml");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "mur: 1 error(s) in {m}\n{m}:8:17: lifecycle.keep_working: not provided by this build of mur (it would be silently ignored); remove it to run this capsule\n",
+            m = m.display()
+        )
+    );
+}
+
+#[test]
+fn a_roster_member_with_a_missing_capsule_gets_its_position_and_a_near_name() {
+    let f = support::Formation::new()
+        .member("worker", "", "- text: hi\n")
+        .member("lead", "", "- text: hi\n")
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead}\n  w: {capsule: wroker}\n");
+    let out = f.run("go");
+    assert_eq!(out.code(), 2);
+    let r = f.dir.join("roster.yaml");
+    assert_eq!(
+        out.stderr(),
+        format!(
+            "mur: 1 error(s) in {r}\n{r}:5:16: members.w.capsule: `wroker`: no such capsule directory or murmur.yaml, relative to the roster's directory {d} (did you mean `worker`?)\n",
+            r = r.display(),
+            d = f.dir.display()
+        )
+    );
+}
