@@ -441,3 +441,22 @@ fn bad_sandbox_keys_are_refused_with_a_hint() {
         "{e}"
     );
 }
+
+#[test]
+fn sandbox_off_runs_unconfined_but_still_builds_the_environment() {
+    let s = script(&[call("cat", &["../murmur.yaml"]), call("env", &[])]);
+    let c = capsule("{allow: [cat, env]}", "  sandbox: off\n", &s);
+    let r = run(&c, &[("MUR_TEST_LANDLOCK_ABI", "0")]);
+    assert_eq!(r.code(), 0, "{}", r.dump());
+    // No warning: nothing was asked of the kernel.
+    assert!(
+        !r.stderr().contains("capabilities.sandbox"),
+        "{}",
+        r.stderr()
+    );
+    let t = r.tool_texts();
+    assert_eq!(exit_code(&t[0]), 0, "{}", t[0]);
+    assert!(t[0].contains("name: t"), "{}", t[0]);
+    assert!(!t[1].contains("OPENAI_API_KEY"), "{}", t[1]);
+    assert!(t[1].contains("TERM=dumb"), "{}", t[1]);
+}
