@@ -103,13 +103,17 @@ _mur() {
             return 0
             ;;
         mur__subcmd__door)
-            opts="-h -V --listen --token-file --records-dir --keep-runtime --help --version"
+            opts="-h -V --listen --advertise-url --token-file --records-dir --keep-runtime --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --advertise-url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -11,5 +11,6 @@ cargo bench --locked --bench run
 cargo bench --locked --bench background
 cargo bench --locked --bench formation
 cargo bench --locked --bench door
+cargo bench --locked --bench door_hostile
 cargo bench --locked --bench trace
 cargo bench --locked --bench confine

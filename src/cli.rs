@@ -9,7 +9,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// A capsule is a directory with a murmur.yaml. mur run stages it, runs one task and
 /// prints the answer on stdout. Every event of the session is written to trace.jsonl in
-/// its records directory.
+/// its records directory, private to the user (directories 0700, files 0600). A
+/// record keeps at most 64 KiB of any one string, the whole text going to a file in
+/// blobs/ beside the trace that the record names; a session's records are limited to
+/// 256 MiB, past which a records_limit record is written, strings are cut to 4 KiB and
+/// no more blob files are written.
+///
+/// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
+/// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
+/// (SIGTERM to its process group, SIGKILL 2 s later), session_end is written and the
+/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur …, a
+/// background job of a non-interactive shell) keeps ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
 pub struct Cli {
@@ -58,19 +68,37 @@ pub enum Command {
     /// /.well-known/agent-card.json is public. The token is the first line of
     /// --token-file, else the environment variable MURMUR_DOOR_TOKEN; with neither,
     /// the door refuses to start (there is no unauthenticated mode). Prints "door: URL"
-    /// on stdout once it listens; SIGINT or SIGTERM ends it cleanly with session_end.
+    /// on stdout once it listens; SIGINT, SIGTERM, SIGHUP or SIGQUIT ends it cleanly with
+    /// session_end.
     ///
     /// Serves SendMessage, GetTask, ListTasks (filters, pages of 1 to 100, history
     /// length) and CancelTask; a task's history is the client's message and the agent's
     /// earlier status messages. It keeps every unfinished task and the 1000 most recent
     /// finished ones within 64 MiB of history. A missing or wrong token is HTTP 401
-    /// with a JSON body saying which; a body that is not application/json is HTTP 415.
+    /// with a JSON body saying which, two Authorization headers HTTP 400; a body that
+    /// is not application/json is HTTP 415. A request naming a key twice (at any
+    /// depth) is -32600 naming it; a numeric id is echoed as sent; a ListTasks
+    /// pageToken is keyed (HMAC-SHA256, a random key per door start), so one this door
+    /// did not give out is -32602.
     ///
     /// Logs to stderr at info unless RUST_LOG says otherwise (target mur::door): one
     /// line per task when it is received, at each state change, and at its end with
     /// its state and duration; one line per refused request (401, 415, parse and other
     /// JSON-RPC errors) with the peer's address. No line holds the token or a task's
-    /// text.
+    /// text; values a client chose (a method, a Content-Type) are cut at 200
+    /// characters and escaped (\0, \n, \u{1b}), never stripped.
+    ///
+    /// Limits per client address (one address may be many clients: loopback for a
+    /// whole formation, a reverse proxy, a NAT): at most 256 connections in all, 64 per
+    /// address whatever their state, 64 per address still sending a request head (5 s
+    /// for a head, 10 s for a whole request, 5 s idle between keep-alive requests), and
+    /// 32 requests a second (bursts of 64) without the token per address, past which
+    /// the answer is 429 with Retry-After: 1. A 401 closes its connection. A connection
+    /// past a cap is not refused at once: up to 32 more are read on probation, and a
+    /// request carrying the token is served on one (then closed) while anything else
+    /// gets 503 with Retry-After: 1, so a client with the token is served while
+    /// another client on its address holds every slot. A full reserve makes room by
+    /// closing its oldest connection still sending a head (503).
     ///
     /// $ MURMUR_DOOR_TOKEN=$(cat token) mur door examples/formation/critic --listen 0.0.0.0:7431
     Door(DoorArgs),
@@ -114,9 +142,10 @@ pub enum Command {
     ///
     /// One row per session found under $MURMUR_HOME/records: id, capsule, start (UTC),
     /// duration, status (session_end's exit_status; `running` while its mur runs;
-    /// `unfinished` when its mur ended without session_end), turns (model calls),
-    /// tokens (input plus output) and the records directory. Sessions run with
-    /// --records-dir outside $MURMUR_HOME are not listed (read them with mur trace DIR).
+    /// `unfinished` when its mur ended without session_end), turns (model calls
+    /// that answered; a failed model call is not a turn), tokens (input plus output)
+    /// and the records directory. Sessions run with --records-dir outside
+    /// $MURMUR_HOME are not listed (read them with mur trace DIR).
     ///
     /// $ mur sessions
     ///
@@ -252,11 +281,22 @@ pub struct DoorArgs {
     #[arg(value_name = "CAPSULE")]
     pub capsule: PathBuf,
     /// The address to listen on, IP:PORT. Port 0 picks a free port. Default:
-    /// 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines).
+    /// 127.0.0.1:7431 (loopback only; give 0.0.0.0:PORT to serve other machines). The
+    /// door speaks plain HTTP only; beyond loopback it warns at start that the token
+    /// travels in clear, unless --advertise-url is an https:// URL. Serve other
+    /// machines through a TLS terminator (nginx, Caddy, an ingress) in front.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7431")]
     pub listen: std::net::SocketAddr,
+    /// The URL the agent card advertises to clients, e.g. the TLS terminator's
+    /// `https://agent.example.com/`. Default: `http://ADDR/` of --listen, or, listening on
+    /// every address (0.0.0.0, ::), `http://HOST/` with the Host header of the card
+    /// request.
+    #[arg(long, value_name = "URL")]
+    pub advertise_url: Option<String>,
     /// Read the bearer token from the first line of FILE. Default: the environment
-    /// variable MURMUR_DOOR_TOKEN.
+    /// variable MURMUR_DOOR_TOKEN. The file must be private to its owner (no access for
+    /// group or others: chmod 600 FILE) and the token at least 16 bytes long (openssl
+    /// rand -hex 32 makes 64); mur door refuses to start otherwise (exit 2).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Write the session's records under DIR instead of

@@ -12,7 +12,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// `3`: the deadline passed, or a ceiling (`max_turns`, `max_session_tokens`) was hit.
 pub const EXIT_LIMIT: u8 = 3;
-/// `130`: interrupted by SIGINT or SIGTERM.
+/// `130`: interrupted by SIGINT, SIGTERM, SIGHUP or SIGQUIT.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// `task_end.exit_status` / `session_end.exit_status`.
@@ -50,7 +50,7 @@ impl ExitStatus {
     }
 
     /// The process exit code of `mur run` for a task that ended so.
-    /// `interrupted` is true when `mur` itself got SIGINT/SIGTERM.
+    /// `interrupted` is true when `mur` itself got SIGINT, SIGTERM, SIGHUP or SIGQUIT.
     pub fn exit_code(self, interrupted: bool) -> u8 {
         if interrupted {
             return EXIT_INTERRUPTED;

@@ -18,6 +18,7 @@ pub mod inference;
 pub mod inspect;
 pub mod manifest;
 pub mod net;
+pub mod private;
 pub mod progress;
 pub mod records;
 pub mod secrets;

@@ -512,34 +512,12 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
 }
 
 fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
-    let token = match &args.token_file {
-        Some(f) => {
-            let t = std::fs::read_to_string(f)
-                .map_err(|e| usage(format!("--token-file {}: {e}", f.display())))?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string();
-            if t.is_empty() {
-                return Err(usage(format!(
-                    "--token-file {}: the first line is empty; write the bearer token on it",
-                    f.display()
-                )));
-            }
-            t
-        }
-        None => std::env::var("MURMUR_DOOR_TOKEN")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    };
+    let token = mur::door::token::read_token(
+        args.token_file.as_deref(),
+        std::env::var("MURMUR_DOOR_TOKEN").ok(),
+    )
+    .map_err(usage)?;
     mur::secrets::register(&token);
-    if token.is_empty() {
-        return Err(usage(
-            "mur door needs a bearer token: give --token-file FILE or set MURMUR_DOOR_TOKEN (the door has no unauthenticated mode)",
-        ));
-    }
     let records_dir = match &args.records_dir {
         Some(d) => Some(std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?),
         None => None,
@@ -548,7 +526,14 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
     supervise();
     staging::runtime::sweep_leftovers(&staging::murmur_home());
     staging::runtime::keep_runtime_dirs(args.keep_runtime);
-    launch::run_door(&args.capsule, args.listen, token, records_dir, &shutdown)
-        .map_err(launch_error)?;
+    launch::run_door(
+        &args.capsule,
+        args.listen,
+        token,
+        args.advertise_url.clone(),
+        records_dir,
+        &shutdown,
+    )
+    .map_err(launch_error)?;
     Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })
 }

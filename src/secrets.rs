@@ -93,6 +93,32 @@ pub fn mask_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
     out
 }
 
+/// Every string in `fields` (at any depth) with every registered secret masked. Free
+/// when no secret is registered.
+pub fn mask_fields(fields: &mut serde_json::Map<String, serde_json::Value>) {
+    if !any() {
+        return;
+    }
+    for v in fields.values_mut() {
+        mask_value(v);
+    }
+}
+
+/// Every string in `v` (at any depth) with every registered secret masked.
+pub fn mask_value(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            if let Cow::Owned(m) = mask(s) {
+                *s = m;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(mask_value),
+        Value::Object(o) => o.values_mut().for_each(mask_value),
+        _ => {}
+    }
+}
+
 /// One serialized JSON line with every secret masked where it appears inside a string
 /// (in its escaped form), so the line stays valid JSON.
 pub fn mask_json_line(line: Vec<u8>) -> Vec<u8> {
@@ -153,5 +179,12 @@ mod tests {
         let masked = mask_json_line(line);
         let v: serde_json::Value = serde_json::from_slice(&masked).unwrap();
         assert_eq!(v["a"], "x [masked] y");
+        let mut f = serde_json::Map::new();
+        f.insert(
+            "deep".into(),
+            serde_json::json!({"list": ["sk-test-0123456789abcdef!", 3]}),
+        );
+        mask_fields(&mut f);
+        assert_eq!(f["deep"]["list"][0], "[masked]!");
     }
 }

@@ -1,5 +1,12 @@
-//! The signal thread: SIGINT and SIGTERM become one shutdown event (signal-hook;
-//! nothing clever runs in a handler).
+//! The signal thread: SIGINT, SIGTERM, SIGHUP and SIGQUIT become one shutdown event
+//! (signal-hook; nothing clever runs in a handler).
+//!
+//! SIGHUP (a dropped ssh session, a closed terminal) and SIGQUIT (Ctrl-\) would
+//! otherwise end `mur` on the spot, leaving its commands running under PID 1 and no
+//! `session_end` written; they are handled as SIGTERM is. A `mur` started with SIGHUP
+//! or SIGQUIT ignored (`nohup mur …`, a background job of a non-interactive shell)
+//! keeps ignoring it, as POSIX programs do: the disposition is read before any
+//! handler is installed.
 //!
 //! Shutdown is broadcast by dropping a channel's only sender: every clone of the
 //! [`Shutdown`] receiver then fires in `select!` at once, forever.
@@ -9,19 +16,48 @@ use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-/// The first SIGINT/SIGTERM the signal thread received (0: none).
+/// The first shutdown signal the signal thread received (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
-/// The name of the first SIGINT/SIGTERM `mur` received, if any (`SIGTERM`).
+/// The name of the first shutdown signal `mur` received, if any (`SIGTERM`, `SIGINT`,
+/// `SIGHUP`, `SIGQUIT`).
 pub fn received() -> Option<&'static str> {
-    match RECEIVED.load(Ordering::SeqCst) {
+    name(RECEIVED.load(Ordering::SeqCst))
+}
+
+/// The name of a shutdown signal; `None` for any other number.
+pub fn name(signal: i32) -> Option<&'static str> {
+    match signal {
         SIGINT => Some("SIGINT"),
         SIGTERM => Some("SIGTERM"),
+        SIGHUP => Some("SIGHUP"),
+        SIGQUIT => Some("SIGQUIT"),
         _ => None,
     }
+}
+
+/// The signals that shut `mur` down: SIGINT and SIGTERM always, SIGHUP and SIGQUIT
+/// unless the process started with them ignored.
+pub fn shutdown_signals() -> Vec<i32> {
+    let mut v = vec![SIGINT, SIGTERM];
+    v.extend(
+        [SIGHUP, SIGQUIT]
+            .into_iter()
+            .filter(|s| !inherited_ignored(*s)),
+    );
+    v
+}
+
+/// `true` when `signal`'s disposition is SIG_IGN now (inherited from the parent).
+fn inherited_ignored(signal: i32) -> bool {
+    // SAFETY: a zeroed `sigaction` is a valid out-value; with a null new action,
+    // sigaction(2) only reads the current disposition and changes nothing.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) };
+    r == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 /// A receiver that becomes ready (disconnected) when `mur` is told to shut down.
@@ -79,11 +115,12 @@ impl Default for ShutdownHandle {
     }
 }
 
-/// Starts the signal thread: the first SIGINT or SIGTERM fires `handle`.
+/// Starts the signal thread: the first of [`shutdown_signals`] (SIGINT, SIGTERM, and
+/// SIGHUP and SIGQUIT unless inherited ignored) fires `handle`.
 ///
 /// Errors: the signal handlers cannot be installed.
 pub fn start(handle: ShutdownHandle) -> std::io::Result<()> {
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = Signals::new(shutdown_signals())?;
     std::thread::Builder::new()
         .name("signals".into())
         .stack_size(64 * 1024)

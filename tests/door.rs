@@ -954,6 +954,158 @@ fn slowloris_connections_past_the_caps_get_503_at_once() {
     slow.join().unwrap();
 }
 
+/// Opens a keep-alive connection and sends one complete unauthenticated card GET on
+/// it; the connection stays open, idle, holding a slot (the hog of issue 21).
+fn hog_connection(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let mut len = 0;
+    loop {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        if l == "\r\n" {
+            break;
+        }
+        if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+    }
+    let mut b = vec![0; len];
+    reader.read_exact(&mut b).unwrap();
+    s
+}
+
+/// A GetTask with the token on a fresh connection: the HTTP status.
+fn get_task_status(addr: SocketAddr) -> u16 {
+    post(addr, Some(TOKEN), Some("1.0"), &get_task("x").to_string()).status
+}
+
+#[test]
+fn connections_sending_whole_requests_count_against_the_per_address_cap() {
+    // Idle connections are kept far longer than the test takes on a loaded machine.
+    let limits = DoorLimits {
+        max_connections_per_ip: 6,
+        idle_timeout: Duration::from_secs(120),
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    // Six keep-alive connections that sent a whole (unauthenticated) request each.
+    let _hog: Vec<TcpStream> = (0..6).map(|_| hog_connection(addr)).collect();
+    // A seventh connection without the token is refused although it sends its head
+    // at once; one with the token on the same address is still served.
+    let r = raw(
+        addr,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let r = post(addr, Some(TOKEN), Some("1.0"), &get_task("x").to_string());
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32001);
+    assert_eq!(r.header("connection"), Some("close"));
+}
+
+#[test]
+fn a_hog_and_slowloris_on_one_address_do_not_lock_out_a_client_with_the_token() {
+    // Heads and idle connections are waited for far longer than the test takes on a
+    // loaded machine, so no slot frees itself meanwhile.
+    let limits = DoorLimits {
+        max_connections_per_ip: 8,
+        max_pending_heads_per_ip: 4,
+        reserve_connections: 4,
+        head_timeout: Duration::from_secs(120),
+        read_timeout: Duration::from_secs(120),
+        idle_timeout: Duration::from_secs(120),
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    let _hog: Vec<TcpStream> = (0..4).map(|_| hog_connection(addr)).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Four trickle in regular slots, four more fill the reserve.
+    let slow = tricklers(addr, 8, Duration::from_millis(200), stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    // Each GetTask evicts the oldest trickler of the reserve and is served.
+    let client = A2aClient::new(d.url(), TOKEN);
+    let sent = client.send_message("hello", None, true).unwrap();
+    for _ in 0..3 {
+        assert_eq!(get_task_status(addr), 200);
+        assert_eq!(client.get_task(&sent.id).unwrap().id, sent.id);
+    }
+    // Without the token, the same address is refused.
+    let r = raw(
+        addr,
+        b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 503);
+    stop.store(true, Ordering::SeqCst);
+    // The evicted tricklers were told 503; the others had no answer yet.
+    let answers = slow.join().unwrap();
+    assert!(!answers.is_empty(), "no trickler was evicted");
+    assert!(answers.iter().all(|s| *s == 503), "{answers:?}");
+}
+
+#[test]
+fn a_401_closes_its_connection() {
+    let d = door();
+    let mut s = TcpStream::connect(d.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = get_task("x").to_string();
+    let one = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // Two pipelined: only the first is answered, and the door closes.
+    s.write_all(format!("{one}{one}").as_bytes()).unwrap();
+    let r = read_response(&mut s);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(r.body.matches("UNAUTHENTICATED").count(), 1, "{}", r.body);
+}
+
+#[test]
+fn unauthenticated_requests_past_the_rate_get_429_and_the_token_is_still_served() {
+    let limits = DoorLimits {
+        unauthenticated_per_sec: 1,
+        ..DoorLimits::default()
+    };
+    let d = door_with(Echo::new(0, 0), limits);
+    let addr = d.local_addr();
+    let card = || {
+        raw(
+            addr,
+            b"GET /.well-known/agent-card.json HTTP/1.1\r\nConnection: close\r\n\r\n",
+        )
+    };
+    // A bucket of two, refilled at one a second: ten in a row cannot all pass.
+    let statuses: Vec<u16> = (0..10).map(|_| card().status).collect();
+    assert_eq!(&statuses[..2], &[200, 200], "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    let limited = loop {
+        let r = card();
+        if r.status == 429 {
+            break r;
+        }
+    };
+    assert_eq!(limited.header("retry-after"), Some("1"));
+    assert_eq!(limited.header("connection"), Some("close"));
+    // Requests with the token are not counted.
+    for _ in 0..5 {
+        assert_eq!(get_task_status(addr), 200);
+    }
+}
+
 #[test]
 fn a_trickler_is_dropped_at_the_head_deadline() {
     let limits = DoorLimits {
@@ -1261,6 +1413,12 @@ fn list_tasks_filters_sorts_and_pages_with_a_cursor() {
         ids.push(v["result"]["task"]["id"].as_str().unwrap().to_string());
     }
     let slow = c.send_message("slow one", None, true).unwrap();
+    // The handler moves it to WORKING on a thread of its own: wait for that, so a
+    // loaded machine does not list it still SUBMITTED.
+    let end = Instant::now() + Duration::from_secs(30);
+    while c.get_task(&slow.id).unwrap().status.state != TaskState::Working && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     // Everything, most recently updated first, artifacts left out by default.
     let all = list(a, json!({}));
@@ -1566,6 +1724,19 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     assert_eq!(post(addr, None, Some("1.0"), "{}").status, 401);
     let r = post(addr, Some(token), Some("1.0"), "{broken");
     assert_eq!(r.json()["error"]["code"], -32700);
+    // A method or a path the door does not serve.
+    assert_eq!(
+        raw(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").status,
+        405
+    );
+    assert_eq!(
+        raw(
+            addr,
+            b"GET /v1/chat?k=secret HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .status,
+        404
+    );
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -1603,11 +1774,429 @@ fn mur_door_keeps_history_lists_tasks_and_logs_one_line_per_event_without_secret
     }
     assert_eq!(lines("HTTP 401, bearer token wrong"), 1, "{log}");
     assert_eq!(lines("HTTP 401, bearer token missing"), 1, "{log}");
-    assert_eq!(lines("refused a request from 127.0.0.1:"), 3, "{log}");
+    assert_eq!(lines("refused a request from 127.0.0.1:"), 5, "{log}");
+    assert_eq!(
+        lines(": HTTP 405 Method Not Allowed, GET / (allowed: POST)"),
+        1,
+        "{log}"
+    );
+    assert_eq!(lines(": HTTP 404 Not Found, GET /v1/chat"), 1, "{log}");
+    assert!(!log.contains("secret"), "no query string: {log}");
     assert_eq!(lines(" -32700 Invalid JSON: "), 1, "{log}");
     assert!(
         log.lines()
             .all(|l| l.contains(" INFO ") || l.contains(" WARN ") || l.contains(" ERROR ")),
         "{log}"
+    );
+}
+
+#[test]
+fn a_key_named_twice_is_an_invalid_request_naming_it_not_last_wins() {
+    let d = door();
+    let a = d.local_addr();
+    let call = |body: &str| {
+        let r = post(a, Some(TOKEN), Some("1.0"), body);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    };
+    let v = call(
+        r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"ListTasks","params":{"id":"x"}}"#,
+    );
+    assert_error(&v, &json!(1), -32600, None);
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"method\" in the request object; a JSON-RPC request must name each key once");
+    let v = call(r#"{"jsonrpc":"2.0","id":"p","method":"GetTask","params":{"id":"x","id":"y"}}"#);
+    assert_error(&v, &json!("p"), -32600, None);
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"id\" in `params`; a JSON-RPC request must name each key once");
+    let v = call(
+        r#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"a","text":"b"}]}}}"#,
+    );
+    assert_eq!(v["error"]["message"], "Invalid request: duplicate key \"text\" in `params.message.parts[0]`; a JSON-RPC request must name each key once");
+    // The id itself doubled: which one to echo is not known, so null.
+    let v = call(r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask","params":{"id":"x"}}"#);
+    assert_error(&v, &Value::Null, -32600, None);
+    // Two Authorization headers, even two right ones: 400, whichever came first.
+    let body = get_task("x").to_string();
+    for second in [TOKEN, "wrong"] {
+        let req = format!(
+            "POST / HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\nAuthorization: Bearer {TOKEN}\r\nAuthorization: Bearer {second}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let r = raw(a, req.as_bytes());
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.body, "the request has 2 Authorization headers; send exactly one: Authorization: Bearer <token>\n");
+    }
+}
+
+#[test]
+fn a_numeric_id_and_a_number_out_of_range_are_written_as_sent() {
+    let d = door();
+    let a = d.local_addr();
+    for id in ["123456789012345678901234567890", "1e2", "-0", "12.50"] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"GetTask","params":{{"id":"x"}}}}"#);
+        let r = post(a, Some(TOKEN), Some("1.0"), &body);
+        assert!(
+            r.body.contains(&format!("\"id\":{id},")),
+            "{id}: {}",
+            r.body
+        );
+        assert_eq!(r.json()["error"]["code"], -32001, "{}", r.body);
+    }
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100000000000000000000}}"#,
+    );
+    assert_eq!(r.json()["error"]["data"][0]["metadata"]["parseError"], "Failed to parse pageSize field: expected an integer from 1 to 100, got 100000000000000000000", "{}", r.body);
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","history_length":1E+20}}"#,
+    );
+    assert_eq!(
+        r.json()["error"]["data"][0]["metadata"]["parseError"],
+        "Failed to parse historyLength field: expected a non-negative integer, got 1E+20",
+        "{}",
+        r.body
+    );
+    let r = post(
+        a,
+        Some(TOKEN),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"a"}]},"configuration":{"historyLength":-1.0e3}}}"#,
+    );
+    assert_eq!(
+        r.json()["error"]["data"][0]["metadata"]["parseError"],
+        "Failed to parse historyLength field: expected a non-negative integer, got -1.0e3",
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn a_page_token_this_door_did_not_give_out_is_refused() {
+    let d = door_with(Echo::new(0, 0), DoorLimits::default());
+    let a = d.local_addr();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let v = rpc(a, &send(&format!("t{i}"), false));
+        ids.push(v["result"]["task"]["id"].as_str().unwrap().to_string());
+    }
+    let page = list(a, json!({"pageSize": 1}));
+    let token = page["result"]["nextPageToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let next = list(a, json!({"pageSize": 1, "pageToken": token}));
+    assert!(next["result"]["tasks"][0]["id"].is_string(), "{next}");
+    // The token's readable part, rewritten to point elsewhere, or alone (the hex of
+    // `<timestamp> <task id>`, as tokens used to be): refused.
+    let (payload, tag) = token.split_once('.').expect("payload.tag");
+    let ts = "2099-01-01T00:00:00.000000Z";
+    let forged_payload: String = format!("{ts} {}", ids[0])
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for forged in [
+        payload.to_string(),
+        format!("{forged_payload}.{tag}"),
+        forged_payload.clone(),
+    ] {
+        let v = list(a, json!({"pageSize": 1, "pageToken": forged}));
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(
+            v["error"]["data"][0]["metadata"]["parseError"],
+            "Failed to parse pageToken field: not a nextPageToken this agent gave out",
+            "{v}"
+        );
+    }
+    // Another door's token is not this door's.
+    let other = door_with(Echo::new(0, 0), DoorLimits::default());
+    let v = list(
+        other.local_addr(),
+        json!({"pageSize": 1, "pageToken": token}),
+    );
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+}
+
+#[test]
+fn door_log_lines_show_client_values_escaped_never_stripped_or_split() {
+    let token = "door-secret-token-4711";
+    let c = support::Capsule::scripted(&[], "", "- text: \"answer\"\n");
+    let log_path = c.root.path().join("door.log");
+    let mut child = c
+        .mur()
+        .arg("door")
+        .arg(&c.dir)
+        .args(["--listen", "127.0.0.1:0", "--records-dir"])
+        .arg(&c.records)
+        .env("MURMUR_DOOR_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .trim_start_matches("door: http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let forged = "X\n[2026-12-01T09:00:00.000Z INFO  mur::door] task tsk_forged ended TASK_STATE_COMPLETED after 1.000s";
+    for method in ["Get\u{0}Task", forged] {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": "x"}});
+        let r = post(addr, Some(token), Some("1.0"), &body.to_string());
+        assert_eq!(r.json()["error"]["code"], -32601, "{}", r.body);
+    }
+    let ct = "POST / HTTP/1.1\r\nContent-Type: text/\x1b[31mred\r\nAuthorization: Bearer door-secret-token-4711\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+    assert_eq!(raw(addr, ct.as_bytes()).status, 415);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("refused Get\\0Task from 127.0.0.1:"), "{log}");
+    assert!(
+        log.contains(
+            "refused X\\n[2026-12-01T09:00:00.000Z INFO  mur::door] task tsk_forged ended"
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("[2026-12-01T09:00:00.000Z")),
+        "{log}"
+    );
+    assert!(log.contains("Content-Type 'text/\\u{1b}[31mred'"), "{log}");
+    assert!(!log.contains('\u{0}') && !log.contains('\u{1b}'), "{log}");
+}
+
+/// `mur door` on a scripted capsule with `args` and `MURMUR_DOOR_TOKEN` as given:
+/// whether it started (printed its URL; it is then stopped with SIGTERM), its exit
+/// code and its stderr.
+fn door_run(
+    c: &support::Capsule,
+    args: &[&std::ffi::OsStr],
+    env_token: Option<&str>,
+) -> (bool, i32, String) {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let records = c
+        .root
+        .path()
+        .join(format!("records-{}", STARTS.fetch_add(1, Ordering::SeqCst)));
+    let mut cmd = c.mur();
+    cmd.arg("door")
+        .arg(&c.dir)
+        .args(["--records-dir"])
+        .arg(&records)
+        .args(args)
+        .env_remove("MURMUR_DOOR_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if !args.iter().any(|a| *a == "--listen") {
+        cmd.args(["--listen", "127.0.0.1:0"]);
+    }
+    if let Some(t) = env_token {
+        cmd.env("MURMUR_DOOR_TOKEN", t);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let started = line.starts_with("door: ");
+    if started {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        started,
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`door_run`]: `None` when the door started, else its exit code and stderr.
+fn door_start(
+    c: &support::Capsule,
+    args: &[&std::ffi::OsStr],
+    env_token: Option<&str>,
+) -> Option<(i32, String)> {
+    match door_run(c, args, env_token) {
+        (true, _, _) => None,
+        (false, code, err) => Some((code, err)),
+    }
+}
+
+#[test]
+fn a_token_file_open_to_others_or_a_short_token_is_refused_with_how_to_fix_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = support::Capsule::scripted(&[], "", "- text: hi\n");
+    let file = c.root.path().join("door.token");
+    std::fs::write(&file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let arg = [std::ffi::OsStr::new("--token-file"), file.as_os_str()];
+    for mode in [0o644, 0o640, 0o604, 0o620] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (code, err) = door_start(&c, &arg, None).expect("refused");
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!(
+                "--token-file {} can be read or written by other users (mode {mode:04o}); make it private with `chmod 600 {}`",
+                file.display(),
+                file.display()
+            )),
+            "{err}"
+        );
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(door_start(&c, &arg, None), None);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+    assert_eq!(door_start(&c, &arg, None), None);
+
+    // Shorter than 16 bytes, from the file or the environment.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&file, "short-token\n").unwrap();
+    let (code, err) = door_start(&c, &arg, None).expect("refused");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--token-file {}: the bearer token is 11 bytes, shorter than the 16 a door accepts; make one with `openssl rand -hex 32`",
+            file.display()
+        )),
+        "{err}"
+    );
+    let (code, err) = door_start(&c, &[], Some("fifteen-bytes!!")).expect("refused");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "MURMUR_DOOR_TOKEN: the bearer token is 15 bytes, shorter than the 16 a door accepts"
+        ),
+        "{err}"
+    );
+    assert_eq!(door_start(&c, &[], Some("sixteen-bytes!!!")), None);
+}
+
+/// The `supportedInterfaces[0].url` of the card `door` serves to a request with `host`.
+fn card_url(addr: SocketAddr, host: &str) -> String {
+    let r = raw(
+        addr,
+        format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    r.json()["supportedInterfaces"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_card_advertises_the_url_it_is_given_or_the_host_it_was_asked_at() {
+    let d = door_with(
+        Echo::new(0, 0),
+        DoorLimits {
+            advertised_url: Some("https://agent.example.com/a2a/".into()),
+            ..DoorLimits::default()
+        },
+    );
+    assert_eq!(
+        card_url(d.local_addr(), "anything"),
+        "https://agent.example.com/a2a/"
+    );
+    // Bound to every address: the host the client asked, never 0.0.0.0.
+    let any = Door::start(
+        "0.0.0.0:0".parse().unwrap(),
+        TOKEN.into(),
+        Echo::new(0, 0),
+        DoorLimits::default(),
+    )
+    .unwrap();
+    let port = any.local_addr().port();
+    let local: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(
+        card_url(local, "203.0.113.9:7431"),
+        "http://203.0.113.9:7431/"
+    );
+    assert_eq!(
+        card_url(local, "agent.example.com"),
+        "http://agent.example.com/"
+    );
+    // A Host that is no plain host[:port] is not echoed.
+    assert_eq!(
+        card_url(local, "evil/x?y"),
+        format!("http://0.0.0.0:{port}/")
+    );
+    // Bound to one address, that address whatever the Host.
+    let d = door();
+    assert_eq!(
+        card_url(d.local_addr(), "elsewhere:1"),
+        format!("http://{}/", d.local_addr())
+    );
+    for (bad, why) in [
+        (
+            "ftp://agent.example.com/",
+            "must start with http:// or https://",
+        ),
+        ("agent.example.com", "must start with http:// or https://"),
+        ("https://", "is not a URL"),
+    ] {
+        let e = Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            TOKEN.into(),
+            Echo::new(0, 0),
+            DoorLimits {
+                advertised_url: Some(bad.into()),
+                ..DoorLimits::default()
+            },
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn mur_door_beyond_loopback_warns_that_the_token_travels_in_clear() {
+    let c = support::Capsule::scripted(&[], "", "- text: hi\n");
+    let token = Some("door-token-for-tests");
+    let os = |v: &'static str| std::ffi::OsStr::new(v);
+    let warning = "beyond loopback, over plain HTTP: the bearer token and every task travel in clear; put a TLS terminator (a reverse proxy) in front and give its address with --advertise-url https://…, or listen on 127.0.0.1";
+    let (started, _, err) = door_run(&c, &[os("--listen"), os("0.0.0.0:0")], token);
+    assert!(started, "{err}");
+    assert!(err.contains(warning), "{err}");
+    let (started, _, err) = door_run(&c, &[], token);
+    assert!(started, "{err}");
+    assert!(!err.contains("plain HTTP"), "{err}");
+    let (started, _, err) = door_run(
+        &c,
+        &[
+            os("--listen"),
+            os("0.0.0.0:0"),
+            os("--advertise-url"),
+            os("https://agent.example.com/"),
+        ],
+        token,
+    );
+    assert!(started, "{err}");
+    assert!(!err.contains("plain HTTP"), "{err}");
+    let (started, code, err) = door_run(&c, &[os("--advertise-url"), os("ftp://x/")], token);
+    assert!(!started);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "--advertise-url: advertised URL `ftp://x/` must start with http:// or https://"
+        ),
+        "{err}"
     );
 }

@@ -1897,10 +1897,14 @@ fn member_output_is_cut_at_64_kib_on_a_char_boundary_in_the_continuation() {
     let mc = lead.one("member_call");
     assert_eq!(mc["status"], "completed");
     assert_eq!(mc["output"].as_str().unwrap(), head);
-    let text = lead.one("task_continued")["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    // The continuation is over the 64 KiB a record keeps of one string: the record
+    // holds its first 64 KiB, the file it names holds it whole.
+    let rec = lead.one("task_continued");
+    let cut = &rec["truncated"][0];
+    assert_eq!(cut["field"], "text", "{cut}");
+    let text = std::fs::read_to_string(lead.records.join(cut["file"].as_str().unwrap())).unwrap();
+    assert!(text.starts_with(rec["text"].as_str().unwrap()));
+    assert_eq!(rec["text"].as_str().unwrap().len(), 64 * 1024);
     assert_eq!(
         text,
         format!("[call-member] call {id} to worker ended completed:\n<untrusted-content source=member:worker>\n{head}\n</untrusted-content>\n\n[call-member] Every call this task made has ended, and the answers are above. Answer the task with them now; call a member again only to give it new work.")
@@ -1919,6 +1923,207 @@ fn a_member_listening_on_every_address_is_called_on_loopback() {
     assert!(!run.stderr().contains("W-RUN-008"), "{}", run.stderr());
     let calls = run.member("lead").records("member_call");
     assert_eq!(calls[0]["status"], "completed", "{}", run.dump());
+}
+
+/// A formation whose lead calls `odd` at `url` with the token `peer-token` (from
+/// `ODD_TOKEN`), waits a turn for the answer, then ends.
+fn token_formation(url: &str) -> Formation {
+    Formation::new()
+        .roster(&format!("formation: f\nentry: lead\nmembers:\n  lead: {{capsule: lead, calls: [odd]}}\n  odd: {{door: \"{url}\", token: {{env: ODD_TOKEN}}}}\n"))
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n",
+            "- tool_calls:\n    - {name: call-member, input: {member: odd, task: \"hello\"}}\n- text: \"waiting\"\n- text: \"LEAD\"\n",
+        )
+}
+
+/// Everything of a run a model or an operator reads: the lead's trace, stderr.
+fn everything(run: &support::FormationRun) -> String {
+    let trace: Vec<String> = run
+        .member("lead")
+        .trace()
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    format!("{}\n{}", trace.join("\n"), run.stderr())
+}
+
+#[test]
+fn a_peer_echoing_the_callers_token_and_its_door_address_in_an_error_shows_neither() {
+    // SendMessage: a JSON-RPC error quoting the endpoint and the Authorization header.
+    let url = raw_peer(|method, _, body| match method {
+        "GET" => Some(http_json(404, "")),
+        _ => {
+            let id = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
+            let msg = format!(
+                "internal at {} token=Bearer peer-token",
+                PEER_URL.get().unwrap()
+            );
+            let r = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": msg}});
+            Some(http_json(200, &r.to_string()))
+        }
+    });
+    PEER_URL.set(format!("{url}/rpc")).unwrap();
+    let f = token_formation(&format!("{url}/rpc"));
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["status"], "failed");
+    assert_eq!(
+        mc["output"],
+        "odd's door answered json-rpc error -32000: internal at [door address] token=Bearer [token]"
+    );
+    let all = everything(&run);
+    assert!(!all.contains("peer-token"), "{all}");
+    assert!(!run
+        .member("lead")
+        .tool_texts()
+        .concat()
+        .contains("127.0.0.1"));
+}
+
+static PEER_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+#[test]
+fn a_peer_echoing_the_token_in_a_get_task_error_page_keeps_it_out_of_the_continuation() {
+    let url = raw_peer(|method, _, body| match method {
+        "GET" => Some(http_json(404, "")),
+        _ if body.contains("SendMessage") => {
+            let id = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
+            let r = json!({"jsonrpc": "2.0", "id": id, "result": {"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_SUBMITTED"}}}});
+            Some(http_json(200, &r.to_string()))
+        }
+        _ => {
+            let b = format!(
+                "Internal error contacting {} with Bearer peer-token",
+                GET_PEER_URL.get().unwrap()
+            );
+            Some(format!("HTTP/1.1 500 X\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}", b.len()))
+        }
+    });
+    GET_PEER_URL.set(url.clone()).unwrap();
+    let f = token_formation(&url);
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let lead = run.member("lead");
+    let mc = lead.one("member_call");
+    assert_eq!(mc["status"], "failed", "{}", run.dump());
+    let out = mc["output"].as_str().unwrap();
+    assert!(
+        out.contains("\"Internal error contacting [door address] with Bearer [token]\""),
+        "{out}"
+    );
+    let cont = lead.one("task_continued")["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cont.contains("[door address] with Bearer [token]"),
+        "{cont}"
+    );
+    assert!(!cont.contains("127.0.0.1"), "{cont}");
+    let all = everything(&run);
+    assert!(!all.contains("peer-token"), "{all}");
+}
+
+static GET_PEER_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+#[test]
+fn a_peer_answering_an_html_error_page_is_summarised_not_pasted() {
+    let url = raw_peer(|method, _, _| match method {
+        "GET" => Some(http_json(404, "")),
+        _ => {
+            let b = "<html><head><title>502 Bad Gateway</title></head><body>nginx secret-internal-host 10.1.2.3</body></html>";
+            Some(format!("HTTP/1.1 502 X\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}", b.len()))
+        }
+    });
+    let f = raw_formation(&url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(
+        mc["output"],
+        "odd's door answered http status 502: an HTML page titled \"502 Bad Gateway\" (104 bytes)"
+    );
+    let all = everything(&run);
+    assert!(!all.contains("secret-internal-host"), "{all}");
+}
+
+static REDIRECT_TO: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+static OTHER_HIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[test]
+fn discovery_follows_no_redirect_and_a_card_elsewhere_gets_no_token() {
+    // Another door on loopback, at another port: it must never be asked anything.
+    let other = raw_peer(|_, _, _| {
+        OTHER_HIT.fetch_add(1, Ordering::SeqCst);
+        Some(http_json(404, ""))
+    });
+    REDIRECT_TO.set(other.clone()).unwrap();
+    // The card redirects to the other door; the address itself answers the RPCs.
+    let url = raw_peer(|method, _, body| {
+        match method {
+        "GET" => Some(format!(
+            "HTTP/1.1 302 X\r\nlocation: {}/.well-known/agent-card.json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            REDIRECT_TO.get().unwrap()
+        )),
+        _ => {
+            let id = serde_json::from_str::<Value>(body).unwrap()["id"].clone();
+            let t = json!({"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+                           "artifacts": [{"artifactId": "a", "parts": [{"text": "ANSWER"}]}]});
+            let result = if body.contains("SendMessage") {
+                json!({"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
+            } else {
+                t
+            };
+            let r = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            Some(http_json(200, &r.to_string()))
+        }
+    }
+    });
+    let f = token_formation(&url);
+    let run = f.run_with("go", &[("ODD_TOKEN", "peer-token")]);
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert!(
+        run.stderr().contains(&format!("a redirect to {other}/.well-known/agent-card.json, which mur does not follow; calling {url} as the endpoint")),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(
+        run.member("lead").one("member_call")["status"],
+        "completed",
+        "{}",
+        run.dump()
+    );
+    // A card naming the other door (another port on loopback) is refused.
+    let card_url = raw_peer(|method, _, _| match method {
+        "GET" => {
+            let card = json!({"name": "p", "supportedInterfaces": [{"url": format!("{}/rpc", REDIRECT_TO.get().unwrap()), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+            Some(http_json(200, &card.to_string()))
+        }
+        _ => Some(http_json(500, "")),
+    });
+    let f = raw_formation(&card_url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["output"], "odd's door cannot be called: its agent card names the JSON-RPC endpoint at another origin (scheme, host or port) than the member's address; give that endpoint itself as the address (and allow its host in capabilities.network.allow)");
+    assert_eq!(OTHER_HIT.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_redirect_on_the_rpc_says_where_it_points_and_how_to_fix_it() {
+    let url = raw_peer(|method, _, _| {
+        match method {
+        "GET" => Some(http_json(404, "")),
+        _ => Some("HTTP/1.1 307 X\r\nlocation: http://127.0.0.2:18501/rpc\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string()),
+    }
+    });
+    let f = raw_formation(&url, "");
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let mc = run.member("lead").one("member_call");
+    assert_eq!(mc["output"], "odd's door answered http status 307, a redirect to http://127.0.0.2:18501/rpc, and mur does not follow redirects: give that endpoint itself as the member's `door` in roster.yaml (and allow its host in capabilities.network.allow)");
 }
 
 // --- deviations from "What a call returns" and "A busy member" (issue 17) -----------
@@ -2390,4 +2595,38 @@ fn call_member_and_end_without_answer_descriptions_tell_what_the_spec_says_and_t
             "mur-tools(7) does not quote: {d}"
         );
     }
+}
+
+#[test]
+fn check_roster_reports_w_run_008_as_warnings_and_run_prints_each_once() {
+    let f = Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker, critic]}\n  worker: {capsule: worker}\n  critic: {capsule: critic}\n")
+        .member("lead", "", "- text: \"alone\"\n")
+        .member("worker", "", "- text: \"W\"\n")
+        .member("critic", "", "- text: \"C\"\n");
+    let want: Vec<String> = ["worker", "critic"]
+        .iter()
+        .map(|c| format!("mur: warning: W-RUN-008: member `lead`: capabilities.network.allow does not list localhost, where the door of `{c}` is, so every call-member call from `lead` to `{c}` fails; add `localhost` to capabilities.network.allow"))
+        .collect();
+    let check = f
+        .mur()
+        .args(["check", "--roster"])
+        .arg(f.dir.join("roster.yaml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(0), "{err}");
+    assert_eq!(err.lines().collect::<Vec<_>>(), want, "{err}");
+    assert!(String::from_utf8_lossy(&check.stdout)
+        .ends_with(": ok (3 local member(s): lead, worker, critic)\n"));
+
+    let run = f.run("go");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    let warnings: Vec<String> = run
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("mur: warning:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings, want, "{}", run.stderr());
 }

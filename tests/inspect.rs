@@ -644,3 +644,62 @@ fn run_json_with_a_roster_prints_the_entry_members_records_then_the_result() {
     assert_eq!(last["type"], "result");
     assert_eq!(last["answer"], "done");
 }
+
+#[test]
+fn sessions_counts_as_turns_only_the_model_calls_that_answered() {
+    // Turn 1 answers with a tool call; turn 2 is not in the script, so the second
+    // model call fails: one turn, not two.
+    let c = Capsule::scripted(
+        &["ls"],
+        "",
+        "- text: Looking.\n  tool_calls:\n    - {name: ls, input: {args: [\"-1\"]}}\n",
+    );
+    let run = run_default(&c, &[]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run.stderr));
+    let (id, dir) = session_line(&run);
+    let inference = support::read_trace(&dir)
+        .into_iter()
+        .filter(|r| r["type"] == "inference")
+        .collect::<Vec<_>>();
+    assert_eq!(inference.len(), 2);
+    assert!(inference[1]["error"].is_string(), "{:?}", inference[1]);
+    let j = mur(&c, &["sessions", "--json"]);
+    let v: Value = serde_json::from_str(text(&j.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(v["session"], id.as_str());
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["turns"], 1);
+    let table = text(&mur(&c, &["sessions"]).stdout);
+    let row = table.lines().nth(1).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // …  STATUS  TURNS  TOKENS  RECORDS
+    let n = cols.len();
+    assert_eq!(cols[n - 3], "1", "{table}");
+    assert_eq!(cols[n - 4], "failed", "{table}");
+}
+
+#[test]
+fn trace_shows_background_command_and_other_session_records_readably() {
+    let c = capsule();
+    let d = c.root.path().join("bg");
+    let recs = [
+        r#"{"ts":"2026-10-20T14:00:05.000Z","seq":2,"session":"ses_x","task":"tsk_1","type":"background_command","operation":"wait","work_id":"wrk_01","argv":["sh","-c","sleep 9; make"],"state":"running","elapsed_secs":12,"wait_secs":5,"waited_secs":5,"exit_code":null,"status":null,"output_bytes":0}"#,
+        r#"{"ts":"2026-10-20T14:00:06.000Z","seq":3,"session":"ses_x","task":"tsk_1","type":"background_command","operation":"status","work_id":"wrk_01","argv":["make"],"state":"exited","elapsed_secs":13,"exit_code":2,"status":"error","output_bytes":40}"#,
+        r#"{"ts":"2026-10-20T14:00:07.000Z","seq":4,"session":"ses_x","task":"tsk_1","type":"deadline_notice","at":"2026-10-20T14:05:00Z","left_secs":293,"call_id":"call_9"}"#,
+        r#"{"ts":"2026-10-20T14:00:08.000Z","seq":5,"session":"ses_x","task":null,"type":"survivor_killed","pid":4242,"argv":["sleep","100"],"comm":"sleep","work_id":"wrk_01","signal":"SIGKILL"}"#,
+        r#"{"ts":"2026-10-20T14:00:09.000Z","seq":6,"session":"ses_x","task":"tsk_2","type":"completion_dropped","work_id":"wrk_01","reason":"background-command returned the exit of wrk_01 before this completion task started"}"#,
+    ];
+    write_trace(&d, &format!("{START}\n{}\n", recs.join("\n")));
+    let t = mur(&c, &["trace", d.to_str().unwrap()]);
+    assert_eq!(t.status.code(), Some(0), "{}", text(&t.stderr));
+    let out = text(&t.stdout);
+    for want in [
+        "+00:05.000 work wait wrk_01 running · 12 s elapsed · waited 5 of 5 s · sh -c \"sleep 9; make\"\n",
+        "+00:06.000 work status wrk_01 exited · exit code 2 (error) · 13 s elapsed · make\n",
+        "+00:07.000 deadline notice with tool call [call_9]: 293 s left, deadline 2026-10-20T14:05:00Z\n",
+        "+00:08.000 killed survivor pid 4242 (sleep) of wrk_01 with SIGKILL · sleep 100\n",
+        "+00:09.000 dropped completion task for wrk_01: background-command returned the exit of wrk_01 before this completion task started\n",
+    ] {
+        assert!(out.contains(want), "want {want:?} in:\n{out}");
+    }
+    assert!(!out.contains('{'), "a record shown raw:\n{out}");
+}

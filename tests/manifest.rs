@@ -575,3 +575,75 @@ fn a_roster_member_whose_capsule_is_missing_is_reported_at_its_position_with_a_n
         ]
     );
 }
+
+/// A minimal manifest whose `capabilities.shell.allow` holds `n` distinct names, then
+/// `tail` (more YAML lines at the top level).
+fn long_allow_list(n: usize, dup: bool) -> String {
+    let mut s = String::from(
+        "name: t\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: r.yaml}\ncapabilities:\n  shell:\n    allow:\n",
+    );
+    for i in 0..n {
+        s.push_str(&format!("      - b{i}\n"));
+    }
+    if dup {
+        s.push_str("      - b7\n");
+    }
+    s
+}
+
+#[test]
+fn duplicate_checks_of_long_lists_and_mappings_are_linear() {
+    // 90 000 list entries and 45 000 keys: 4·10^9 and 10^9 comparisons for the old
+    // pairwise checks (minutes in a debug build); linear checks take a few seconds.
+    // The bound is far above a loaded machine's reading of the latter.
+    let n = 90_000;
+    let start = std::time::Instant::now();
+    let e = errors(&long_allow_list(n, true));
+    assert_eq!(
+        e,
+        vec![format!(
+            "murmur.yaml:{}:9: capabilities.shell.allow[{n}]: duplicate entry",
+            9 + n
+        )]
+    );
+    // The same for the keys of a mapping (here the top level, keys unknown).
+    let n = 45_000;
+    let mut map = String::from(
+        "name: t\ninference:\n  driver: s\n  choices:\n    s: {driver: script, script: r.yaml}\n",
+    );
+    for i in 0..n {
+        map.push_str(&format!("k{i}: v\n"));
+    }
+    map.push_str("k3: again\n");
+    let e = errors(&map);
+    let dups: Vec<&String> = e.iter().filter(|l| l.contains("duplicate key")).collect();
+    assert_eq!(e.len(), n + 2, "{:?} … {:?}", &e[..2], &e[e.len() - 2..]);
+    assert_eq!(
+        *dups[0],
+        format!(
+            "murmur.yaml:{}:1: duplicate key `k3` (first given at line 9)",
+            6 + n
+        )
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_manifest_over_the_value_limit_is_refused_where_it_crosses_it() {
+    // The list crosses 100 000 values at its 99 993rd item; a syntax error far below
+    // is never reached, so refusing costs no more than reading up to the limit.
+    let mut text = long_allow_list(150_000, false);
+    text.push_str("broken: [\n");
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{:?}", e);
+    assert!(
+        e[0].contains("the manifest expands to more than 100000 values"),
+        "{e:?}"
+    );
+    let line: usize = e[0].split(':').nth(1).unwrap().parse().unwrap();
+    assert!(line < 100_020, "{e:?}");
+}

@@ -123,3 +123,93 @@ fn a_roster_member_with_a_missing_capsule_gets_its_position_and_a_near_name() {
         )
     );
 }
+
+fn choice<'a>(
+    choices: &'a [(String, mur::manifest::DriverChoice)],
+    name: &str,
+) -> &'a mur::manifest::DriverChoice {
+    &choices
+        .iter()
+        .find(|(n, _)| n == name)
+        .expect("the choice")
+        .1
+}
+
+/// The `.nf` … `.fi` block that follows `marker` in a man page, unescaped.
+fn man_block(page: &str, marker: &str) -> String {
+    let at = page
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} not found"));
+    let rest = &page[at..];
+    let start = rest.find("\n.nf\n").expect(".nf") + 5;
+    let end = rest[start..].find("\n.fi\n").expect(".fi") + start;
+    let mut out = rest[start..end].replace("\\-", "-");
+    out.push('\n');
+    out
+}
+
+#[test]
+fn the_murmur_yaml_man_page_example_runs_as_shown_and_caps_its_output() {
+    let page = include_str!("../man/murmur.yaml.5");
+    let c = Capsule::new();
+    let dir = c.root.path().join("ex");
+    let reviewer = dir.join("reviewer");
+    std::fs::create_dir_all(&reviewer).unwrap();
+    for (file, marker) in [
+        ("murmur.yaml", ".IR reviewer/murmur.yaml :"),
+        ("prompt.md", ".IR reviewer/prompt.md ,"),
+        ("replies.yaml", ".IR reviewer/replies.yaml ,"),
+    ] {
+        std::fs::write(reviewer.join(file), man_block(page, marker)).unwrap();
+    }
+    // What the page says the session prints, command by command.
+    let shown = man_block(page, "Check it, then run one task");
+    let mut lines = shown.lines();
+    assert_eq!(lines.next(), Some("$ mur check reviewer"));
+    let check_says = lines.next().unwrap();
+    assert_eq!(
+        lines.next(),
+        Some("$ mur run reviewer --driver local --task \"List the files.\"")
+    );
+    let run_says = lines.next().unwrap();
+
+    let check = c
+        .mur()
+        .current_dir(&dir)
+        .args(["check", "reviewer"])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stderr));
+    assert_eq!(text(&check.stdout), format!("{check_says}\n"));
+    assert_eq!(check_says, "reviewer: ok (capsule reviewer)");
+    let run = c
+        .mur()
+        .current_dir(&dir)
+        .args([
+            "run",
+            "reviewer",
+            "--driver",
+            "local",
+            "--task",
+            "List the files.",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), format!("{run_says}\n"));
+
+    // The model choice pointed at a local server caps each answer.
+    let m = mur::manifest::parse_str(&man_block(page, ".IR reviewer/murmur.yaml :"), "x").unwrap();
+    let inf = m.inference.unwrap();
+    assert_eq!(choice(&inf.choices, "main").max_output_tokens, Some(512));
+}
+
+#[test]
+fn the_hello_examples_local_choice_caps_each_answer() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/hello/murmur.yaml");
+    let m = mur::manifest::parse_str(&std::fs::read_to_string(path).unwrap(), path).unwrap();
+    let inf = m.inference.unwrap();
+    let local = choice(&inf.choices, "local");
+    assert_eq!(local.max_output_tokens, Some(512));
+    assert_eq!(local.base_url.as_deref(), Some("http://127.0.0.1:8080/v1"));
+}

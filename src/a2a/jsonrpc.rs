@@ -201,3 +201,163 @@ pub fn failure(id: &Value, error: &RpcError) -> Value {
 pub fn request(id: &Value, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
+
+/// Why [`parse_strict`] refused a body.
+#[derive(Debug)]
+pub enum StrictError {
+    /// Not JSON (serde_json's error, with its line and column).
+    Syntax(serde_json::Error),
+    /// An object names a key twice.
+    Duplicate {
+        /// The key, as decoded.
+        key: String,
+        /// Where the object is: empty for the top level, else a path such as
+        /// `params` or `params.message.parts[0]`.
+        path: String,
+    },
+}
+
+/// A JSON body as a [`Value`], refusing an object that names a key twice (at any
+/// depth) instead of keeping the last one as serde_json does: two `method` keys must
+/// not let the second one run unseen.
+///
+/// # Errors
+///
+/// [`StrictError::Syntax`] for a body that is not JSON, [`StrictError::Duplicate`]
+/// for the first duplicate key met.
+pub fn parse_strict(body: &[u8]) -> Result<Value, StrictError> {
+    use serde::de::DeserializeSeed;
+    let dup = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = Strict {
+        path: String::new(),
+        dup: &dup,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    match (parsed, dup.into_inner()) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Some((key, path))) => Err(StrictError::Duplicate { key, path }),
+        (Err(e), None) => Err(StrictError::Syntax(e)),
+    }
+}
+
+/// The seed of [`parse_strict`]: the path of the value it reads, and where the first
+/// duplicate is noted.
+struct Strict<'a> {
+    path: String,
+    dup: &'a std::cell::RefCell<Option<(String, String)>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_string()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Strict {
+            path: format!("{}[{}]", self.path, out.len()),
+            dup: self.dup,
+        })? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                *self.dup.borrow_mut() = Some((key, self.path));
+                return Err(serde::de::Error::custom("duplicate key"));
+            }
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            };
+            let v = map.next_value_seed(Strict {
+                path,
+                dup: self.dup,
+            })?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A response's JSON text with its `id` written as `raw_id`, the request's id exactly
+/// as sent (`123456789012345678901234567890` stays that, where a [`Value`] would
+/// make it `1.2345678901234568e29`). Without `raw_id`, or for a response that is not
+/// an object, the response as serde_json writes it.
+pub fn response_text(answer: &Value, raw_id: Option<&serde_json::value::RawValue>) -> String {
+    struct WithId<'a>(&'a Map<String, Value>, &'a serde_json::value::RawValue);
+    impl serde::Serialize for WithId<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(Some(self.0.len()))?;
+            for (k, v) in self.0 {
+                if k == "id" {
+                    m.serialize_entry(k, self.1)?;
+                } else {
+                    m.serialize_entry(k, v)?;
+                }
+            }
+            m.end()
+        }
+    }
+    match (answer, raw_id) {
+        (Value::Object(m), Some(raw)) if m.contains_key("id") => {
+            serde_json::to_string(&WithId(m, raw)).unwrap_or_else(|_| answer.to_string())
+        }
+        _ => answer.to_string(),
+    }
+}
+
+/// The text of the value at `path` (object keys) in a JSON body, exactly as sent:
+/// `100000000000000000000` where a [`Value`] says `1e20`. `None` when the body or a
+/// step on the path is not an object, or the key is missing.
+pub fn text_at(body: &[u8], path: &[&str]) -> Option<String> {
+    use serde_json::value::RawValue;
+    use std::collections::HashMap;
+    let (first, rest) = path.split_first()?;
+    let top: HashMap<String, &RawValue> = serde_json::from_slice(body).ok()?;
+    let mut raw: &RawValue = top.get(*first)?;
+    for key in rest {
+        let m: HashMap<String, &RawValue> = serde_json::from_str(raw.get()).ok()?;
+        raw = m.get(*key)?;
+    }
+    Some(raw.get().to_string())
+}

@@ -34,7 +34,8 @@
 //! [`TaskHandler::list`] answers it -32004.
 //!
 //! Log lines (target `mur::door`, info): one per refused request (HTTP 4xx/5xx refusals
-//! other than 503, and every JSON-RPC error answer), naming the peer, never the token.
+//! other than 503, 404 and 405 with the method and path asked for, and every JSON-RPC
+//! error answer), naming the peer, never the token or a query string.
 //!
 //! The HTTP server is our own small blocking HTTP/1.1 server on `std::net` (see
 //! [`server`]) rather than tiny_http, which has no read timeout and unbounded threads.
@@ -73,12 +74,16 @@
 //! (other paths), 405 (other methods), 408 (head not complete within
 //! [`DoorLimits::head_timeout`], request not complete within
 //! [`DoorLimits::read_timeout`]), 411 (POST without `Content-Length`), 431 (head too
-//! large), 501 (chunked request body), 503 (over [`DoorLimits::max_connections`] or
-//! [`DoorLimits::max_pending_heads_per_ip`]).
+//! large), 429 (over [`DoorLimits::unauthenticated_per_sec`] without the token), 501
+//! (chunked request body), 503 (a request without the token on a connection past
+//! [`DoorLimits::max_connections`], [`DoorLimits::max_connections_per_ip`] or
+//! [`DoorLimits::max_pending_heads_per_ip`], or evicted from the
+//! [`DoorLimits::reserve_connections`]). A 401 closes its connection.
 
 pub mod book;
 mod rpc;
 pub mod server;
+pub mod token;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -166,8 +171,11 @@ pub enum CancelError {
 ///
 /// | limit | default | beyond it |
 /// |---|---|---|
-/// | [`max_connections`](Self::max_connections) | 256 | HTTP 503, closed |
-/// | [`max_pending_heads_per_ip`](Self::max_pending_heads_per_ip) | 64 | HTTP 503, closed |
+/// | [`max_connections`](Self::max_connections) | 256 | on probation in the reserve |
+/// | [`max_connections_per_ip`](Self::max_connections_per_ip) | 64 | on probation in the reserve |
+/// | [`max_pending_heads_per_ip`](Self::max_pending_heads_per_ip) | 64 | on probation in the reserve |
+/// | [`reserve_connections`](Self::reserve_connections) | 32 | the oldest still sending its head: HTTP 503, closed |
+/// | [`unauthenticated_per_sec`](Self::unauthenticated_per_sec) | 32 a second, bursts of 64 | HTTP 429 `Retry-After: 1`, closed |
 /// | [`head_timeout`](Self::head_timeout) | 5 s | HTTP 408, closed (no answer if nothing came) |
 /// | [`read_timeout`](Self::read_timeout) | 10 s | HTTP 408, closed |
 /// | [`idle_timeout`](Self::idle_timeout) | 5 s | closed |
@@ -202,15 +210,35 @@ pub struct DoorLimits {
     pub idle_timeout: Duration,
     /// How long a write of a response may block. Defaults to 10 seconds.
     pub write_timeout: Duration,
-    /// Connections served at once, each by its own thread. Defaults to 256; a
-    /// connection beyond that gets HTTP 503 (`Retry-After: 1`) and is closed. At least 1.
+    /// Connections served at once, each by its own thread, not counting the
+    /// [`reserve_connections`](Self::reserve_connections). Defaults to 256; a
+    /// connection beyond that is put on probation in the reserve. At least 1.
     pub max_connections: usize,
+    /// Connections from one peer IP address, whatever their state (sending a head,
+    /// being served, idle between keep-alive requests). Defaults to 64; one more is put
+    /// on probation in the reserve, so one address holds at most this many of
+    /// [`max_connections`](Self::max_connections). At least 1.
+    pub max_connections_per_ip: usize,
     /// Connections from one peer IP address that have not sent a whole request head
     /// yet (fresh connections, and kept-alive ones in the middle of a head). Defaults
-    /// to 64; one more gets HTTP 503 and is closed, so one address trickling heads
-    /// (slowloris) holds at most this many of
-    /// [`max_connections`](Self::max_connections). At least 1.
+    /// to 64; a fresh connection past it is put on probation in the reserve, and a
+    /// kept-alive one starting a head past it gets HTTP 503 and is closed. At least 1.
     pub max_pending_heads_per_ip: usize,
+    /// Connections past a cap that the door still reads, *on probation*: its first
+    /// request is served, and the connection then closed, only when it carries the
+    /// door's bearer token; any other gets HTTP 503 (`Retry-After: 1`) and is closed.
+    /// One address can carry a hostile client and legitimate ones (loopback for a
+    /// whole formation, a reverse proxy, a NAT); the reserve is how a client with the
+    /// token is still served while another on its address holds every slot. When the
+    /// reserve is full, a new connection evicts the oldest one still sending its head
+    /// (HTTP 503, closed), so trickled heads cannot hold it. Defaults to 32; 0 refuses
+    /// every connection past a cap at once with HTTP 503.
+    pub reserve_connections: usize,
+    /// Requests without the door's token (agent-card GETs, requests answered 401, 404,
+    /// 405, …) served per peer IP address per second, in bursts of up to twice that.
+    /// Defaults to 32; one more gets HTTP 429 (`Retry-After: 1`) and the connection is
+    /// closed. 0 turns the limit off. A 401 always closes its connection.
+    pub unauthenticated_per_sec: u32,
     /// How long a blocking `SendMessage` (no `returnImmediately`) waits for the task to
     /// end before answering with the task as it is. Defaults to 300 seconds.
     pub send_wait: Duration,
@@ -221,6 +249,13 @@ pub struct DoorLimits {
     pub max_blocking_sends: usize,
     /// `Cache-Control` of the agent card. Defaults to `public, max-age=300`.
     pub card_cache_control: String,
+    /// The URL the agent card advertises in `supportedInterfaces` (an `http://` or
+    /// `https://` URL with a host), for a door reached through a TLS terminator, a
+    /// reverse proxy or a name: e.g. `https://agent.example.com/`. Defaults to `None`:
+    /// `http://<bound address>/`, or, bound to every address (`0.0.0.0`, `::`),
+    /// `http://<the card request's Host header>/` (the bound address when the header
+    /// is missing or not a plain `host[:port]`).
+    pub advertised_url: Option<String>,
 }
 
 impl Default for DoorLimits {
@@ -233,10 +268,14 @@ impl Default for DoorLimits {
             idle_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             max_connections: 256,
+            max_connections_per_ip: 64,
             max_pending_heads_per_ip: 64,
+            reserve_connections: 32,
+            unauthenticated_per_sec: 32,
             send_wait: Duration::from_secs(300),
             max_blocking_sends: 4,
             card_cache_control: "public, max-age=300".to_string(),
+            advertised_url: None,
         }
     }
 }
@@ -261,6 +300,44 @@ pub enum DoorError {
     Limits(String),
 }
 
+/// Checks a URL for [`DoorLimits::advertised_url`].
+///
+/// # Errors
+///
+/// A message naming the URL and what is wrong: not a URL, a scheme other than `http`
+/// or `https`, no host.
+pub fn check_advertised_url(url: &str) -> Result<(), String> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|e| format!("advertised URL `{url}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "advertised URL `{url}` must start with http:// or https://"
+            ))
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("advertised URL `{url}` has no host"));
+    }
+    Ok(())
+}
+
+/// The warning for a door listening beyond loopback over plain HTTP, or `None` when
+/// `listen` is a loopback address or the card advertises an `https://` URL (a TLS
+/// terminator in front). The door itself speaks plain HTTP only: TLS is a reverse
+/// proxy's job (nginx, Caddy, an ingress, `stunnel`), which also brings certificate
+/// renewal; the door's bearer token must not cross a network in clear.
+pub fn exposure_warning(listen: SocketAddr, advertised_url: Option<&str>) -> Option<String> {
+    if listen.ip().is_loopback() || advertised_url.is_some_and(|u| u.starts_with("https://")) {
+        return None;
+    }
+    Some(format!(
+        "the door listens on {listen}, beyond loopback, over plain HTTP: the bearer token and every task travel in clear; put a TLS terminator (a reverse proxy) in front and give its address with --advertise-url https://…, or listen on 127.0.0.1"
+    ))
+}
+
 /// A running door. Dropping it shuts it down (as [`Door::shutdown`]).
 pub struct Door {
     server: server::Server,
@@ -282,17 +359,22 @@ impl Door {
         limits: DoorLimits,
     ) -> Result<Door, DoorError> {
         if limits.max_connections == 0
+            || limits.max_connections_per_ip == 0
             || limits.max_pending_heads_per_ip == 0
             || limits.max_body_bytes == 0
             || limits.max_header_bytes < 256
         {
             return Err(DoorError::Limits(format!(
-                "max_connections {}, max_pending_heads_per_ip {}, max_body_bytes {}, max_header_bytes {} (at least 1, 1, 1, 256)",
+                "max_connections {}, max_connections_per_ip {}, max_pending_heads_per_ip {}, max_body_bytes {}, max_header_bytes {} (at least 1, 1, 1, 1, 256)",
                 limits.max_connections,
+                limits.max_connections_per_ip,
                 limits.max_pending_heads_per_ip,
                 limits.max_body_bytes,
                 limits.max_header_bytes
             )));
+        }
+        if let Some(u) = &limits.advertised_url {
+            check_advertised_url(u).map_err(DoorError::Limits)?;
         }
         let listener = std::net::TcpListener::bind(listen).map_err(|source| DoorError::Bind {
             addr: listen,

@@ -51,6 +51,9 @@ pub(crate) struct App {
     token: String,
     handler: Arc<dyn TaskHandler>,
     url: String,
+    /// Bound to every address with no advertised URL: the card names the host the
+    /// request was sent to (its `Host` header) instead of `0.0.0.0`.
+    url_from_host: bool,
     send_wait: Duration,
     max_blocking: usize,
     blocking: AtomicUsize,
@@ -58,6 +61,8 @@ pub(crate) struct App {
     /// The card's ETag and when a card with that ETag was first served
     /// (`Last-Modified`).
     card_stamp: Mutex<(String, SystemTime)>,
+    /// The key of the `ListTasks` page tokens this door gives out (random per door).
+    cursor_key: ring::hmac::Key,
 }
 
 /// Why a request's bearer token was refused.
@@ -79,19 +84,31 @@ impl App {
         App {
             token,
             handler,
-            url: format!("http://{local}/"),
+            url: limits
+                .advertised_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{local}/")),
+            url_from_host: limits.advertised_url.is_none() && local.ip().is_unspecified(),
             send_wait: limits.send_wait,
             max_blocking: limits.max_blocking_sends.max(1),
             blocking: AtomicUsize::new(0),
             cache_control: limits.card_cache_control.clone(),
             card_stamp: Mutex::new((String::new(), SystemTime::now())),
+            cursor_key: cursor_key(),
         }
     }
 
     fn card(&self, head: &Head) -> Response {
         let mut card = self.handler.card();
+        let url = match head
+            .header("host")
+            .filter(|h| self.url_from_host && plain_host(h))
+        {
+            Some(host) => format!("http://{host}/"),
+            None => self.url.clone(),
+        };
         card.supported_interfaces = vec![AgentInterface {
-            url: self.url.clone(),
+            url,
             protocol_binding: "JSONRPC".into(),
             protocol_version: PROTOCOL_VERSION.into(),
         }];
@@ -164,13 +181,37 @@ impl App {
     }
 
     fn dispatch(&self, head: &Head, body: &[u8], stop: &AtomicBool) -> Value {
-        let req: Value = match serde_json::from_slice(body) {
+        let req: Value = match jsonrpc::parse_strict(body) {
             Ok(v) => v,
-            Err(e) => {
+            Err(jsonrpc::StrictError::Syntax(e)) => {
                 return jsonrpc::failure(
                     &Value::Null,
                     &RpcError::plain(jsonrpc::PARSE_ERROR, parse_error_message(body, &e)),
                 )
+            }
+            Err(jsonrpc::StrictError::Duplicate { key, path }) => {
+                // The id is echoed when it is not itself what is doubled.
+                let id = match serde_json::from_slice::<Value>(body) {
+                    Ok(Value::Object(o)) if !(path.is_empty() && key == "id") => {
+                        match o.get("id") {
+                            Some(v @ (Value::String(_) | Value::Number(_))) => v.clone(),
+                            _ => Value::Null,
+                        }
+                    }
+                    _ => Value::Null,
+                };
+                let place = if path.is_empty() {
+                    "the request object".to_string()
+                } else {
+                    format!("`{}`", short(&path))
+                };
+                return invalid_request(
+                    &id,
+                    &format!(
+                        "Invalid request: duplicate key {:?} in {place}; a JSON-RPC request must name each key once",
+                        short(&key)
+                    ),
+                );
             }
         };
         let obj = match req {
@@ -220,16 +261,16 @@ impl App {
             }
         };
         let result = match method {
-            jsonrpc::SEND_MESSAGE => SendParams::parse(&params)
+            jsonrpc::SEND_MESSAGE => SendParams::parse(&params, body)
                 .and_then(|p| check_version(head).map(|()| p))
                 .and_then(|p| self.send_message(p, stop)),
-            jsonrpc::GET_TASK => TaskParams::parse(&params, true)
+            jsonrpc::GET_TASK => TaskParams::parse(&params, true, body)
                 .and_then(|p| check_version(head).map(|()| p))
                 .and_then(|p| self.get_task(&p)),
-            jsonrpc::CANCEL_TASK => TaskParams::parse(&params, false)
+            jsonrpc::CANCEL_TASK => TaskParams::parse(&params, false, body)
                 .and_then(|p| check_version(head).map(|()| p))
                 .and_then(|p| self.cancel_task(&p)),
-            jsonrpc::LIST_TASKS => ListParams::parse(&params)
+            jsonrpc::LIST_TASKS => ListParams::parse(&params, body, &self.cursor_key)
                 .and_then(|p| check_version(head).map(|()| p))
                 .and_then(|p| self.list_tasks(&p)),
             push if PUSH_METHODS.contains(&push) => check_version(head).and_then(|()| {
@@ -391,7 +432,7 @@ impl App {
         }
         let more = start + p.page_size < total;
         let next = match (more, last) {
-            (true, Some((ts, id))) => encode_cursor(&ts, &id),
+            (true, Some((ts, id))) => encode_cursor(&self.cursor_key, &ts, &id),
             _ => String::new(),
         };
         Ok(json!({
@@ -409,14 +450,34 @@ impl Service for App {
         if path == CARD_PATH {
             return Some(match head.method.as_str() {
                 "GET" | "HEAD" => self.card(head),
-                _ => method_not_allowed("GET, HEAD"),
+                _ => refused_http(head, method_not_allowed("GET, HEAD")),
             });
         }
         if path != "/" && !path.is_empty() {
-            return Some(Response::empty(404));
+            return Some(refused_http(head, Response::empty(404)));
         }
         if head.method != "POST" {
-            return Some(method_not_allowed("POST"));
+            return Some(refused_http(head, method_not_allowed("POST")));
+        }
+        let auths = head
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "authorization")
+            .count();
+        if auths > 1 {
+            log::info!(
+                target: LOG_TARGET,
+                "refused a request from {}: HTTP 400, {auths} Authorization headers",
+                peer(head)
+            );
+            let mut r = Response::empty(400);
+            r.headers
+                .push(("Content-Type", "text/plain; charset=utf-8".into()));
+            r.body = format!(
+                "the request has {auths} Authorization headers; send exactly one: Authorization: Bearer <token>\n"
+            )
+            .into_bytes();
+            return Some(r);
         }
         if let Err(why) = self.authorize(head) {
             log::info!(
@@ -436,6 +497,10 @@ impl Service for App {
         None
     }
 
+    fn authorized(&self, head: &Head) -> bool {
+        self.authorize(head).is_ok()
+    }
+
     fn too_large(&self, limit: usize) -> Response {
         let _ = limit;
         Response::json(
@@ -452,17 +517,30 @@ impl Service for App {
         if let Some(e) = answer.get("error") {
             let method = serde_json::from_slice::<Value>(&body)
                 .ok()
-                .and_then(|v| v.get("method").and_then(Value::as_str).map(short))
+                .and_then(|v| v.get("method").and_then(Value::as_str).map(shown))
                 .unwrap_or_else(|| "a request".into());
             log::info!(
                 target: LOG_TARGET,
                 "refused {method} from {}: {} {}",
                 peer(head),
                 e["code"],
-                short(e["message"].as_str().unwrap_or(""))
+                shown(e["message"].as_str().unwrap_or(""))
             );
         }
-        Response::json(200, &answer)
+        // A numeric id is echoed as its text was sent, not as an f64 rewrote it.
+        #[derive(serde::Deserialize)]
+        struct RawId<'a> {
+            #[serde(borrow)]
+            id: Option<&'a serde_json::value::RawValue>,
+        }
+        let raw = answer["id"]
+            .is_number()
+            .then(|| serde_json::from_slice::<RawId>(&body).ok())
+            .flatten()
+            .and_then(|r| r.id);
+        let mut r = Response::json(200, &Value::Null);
+        r.body = jsonrpc::response_text(&answer, raw).into_bytes();
+        r
     }
 }
 
@@ -478,7 +556,7 @@ impl App {
         let shown = if ct.is_empty() {
             "no Content-Type".to_string()
         } else {
-            format!("Content-Type '{}'", short(ct))
+            format!("Content-Type '{}'", shown(ct))
         };
         log::info!(
             target: LOG_TARGET,
@@ -541,7 +619,16 @@ fn peer(head: &Head) -> String {
         .map_or_else(|| "an unknown peer".to_string(), |a| a.to_string())
 }
 
-/// At most 200 characters of a client-chosen text, for a log line.
+/// A client-chosen text for a log line: at most 200 characters, escaped as a Rust
+/// string literal's inside ([`str::escape_debug`]: `\0`, `\n`, `\u{1b}`, `\"`), so
+/// it can neither hide characters nor start a line of its own.
+fn shown(s: &str) -> String {
+    let cut = short(s);
+    cut.escape_debug().to_string()
+}
+
+/// At most 200 characters of a client-chosen text, for an error message or a log line
+/// (through [`shown`]).
 fn short(s: &str) -> String {
     let mut out: String = s.chars().take(200).collect();
     if out.len() < s.len() {
@@ -598,7 +685,7 @@ struct SendParams {
 }
 
 impl SendParams {
-    fn parse(params: &Map<String, Value>) -> Result<SendParams, RpcError> {
+    fn parse(params: &Map<String, Value>, body: &[u8]) -> Result<SendParams, RpcError> {
         let Some(m) = params.get("message").filter(|m| !m.is_null()) else {
             return Err(RpcError::validation("message", "Field is required."));
         };
@@ -657,7 +744,7 @@ impl SendParams {
         Ok(SendParams {
             message,
             return_immediately,
-            history_length: history_length(&config)?,
+            history_length: history_length(&config, body, &["params", "configuration"])?,
             accepted_output_modes,
         })
     }
@@ -669,7 +756,11 @@ struct TaskParams {
 }
 
 impl TaskParams {
-    fn parse(params: &Map<String, Value>, with_history: bool) -> Result<TaskParams, RpcError> {
+    fn parse(
+        params: &Map<String, Value>,
+        with_history: bool,
+        body: &[u8],
+    ) -> Result<TaskParams, RpcError> {
         let id = match params.get("id") {
             Some(Value::String(s)) => s.clone(),
             None | Some(Value::Null) => {
@@ -683,7 +774,7 @@ impl TaskParams {
             }
         };
         let history_length = if with_history {
-            history_length(params)?
+            history_length(params, body, &["params"])?
         } else {
             None
         };
@@ -705,7 +796,11 @@ struct ListParams {
 }
 
 impl ListParams {
-    fn parse(params: &Map<String, Value>) -> Result<ListParams, RpcError> {
+    fn parse(
+        params: &Map<String, Value>,
+        body: &[u8],
+        key: &ring::hmac::Key,
+    ) -> Result<ListParams, RpcError> {
         let string = |camel: &str, snake: &str| -> Result<Option<String>, RpcError> {
             match field(params, camel, snake) {
                 None | Some(Value::Null) => Ok(None),
@@ -738,14 +833,14 @@ impl ListParams {
                 _ => {
                     return Err(RpcError::invalid_params(format!(
                         "Failed to parse pageSize field: expected an integer from 1 to {MAX_PAGE_SIZE}, got {}",
-                        short(&v.to_string())
+                        short(&as_sent(params, body, &["params"], "pageSize", "page_size"))
                     )))
                 }
             },
         };
         let cursor = match string("pageToken", "page_token")? {
             None => None,
-            Some(t) => Some(decode_cursor(&t).ok_or_else(|| {
+            Some(t) => Some(decode_cursor(key, &t).ok_or_else(|| {
                 RpcError::invalid_params(
                     "Failed to parse pageToken field: not a nextPageToken this agent gave out",
                 )
@@ -778,7 +873,7 @@ impl ListParams {
             status,
             page_size,
             cursor,
-            history_length: history_length(params)?,
+            history_length: history_length(params, body, &["params"])?,
             after,
             include_artifacts,
         })
@@ -813,31 +908,83 @@ fn parse_timestamp(s: &str) -> Option<SystemTime> {
     }
 }
 
-/// A page token: the hex of `<timestamp> <task id>` of a page's last task.
-fn encode_cursor(timestamp: &str, id: &str) -> String {
-    format!("{timestamp} {id}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
+/// A fresh random key for the page tokens of one door (HMAC-SHA256, 32 bytes from the
+/// operating system's generator).
+fn cursor_key() -> ring::hmac::Key {
+    let mut bytes = [0u8; 32];
+    rand::Rng::fill(&mut rand::rngs::OsRng, &mut bytes);
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes)
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lowercase or uppercase hex; `None` for anything else.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
         .collect()
 }
 
-fn decode_cursor(token: &str) -> Option<(String, String)> {
-    if token.len() % 2 != 0 || token.len() > 2048 {
+/// A page token: the hex of `<timestamp> <task id>` of a page's last task, `.`, and
+/// the hex of its HMAC-SHA256 under the door's `key`, so a token no door gave out (or
+/// one of another door, or of this door before a restart) is refused, not followed.
+fn encode_cursor(key: &ring::hmac::Key, timestamp: &str, id: &str) -> String {
+    let payload = format!("{timestamp} {id}");
+    let tag = ring::hmac::sign(key, payload.as_bytes());
+    format!("{}.{}", hex(payload.as_bytes()), hex(tag.as_ref()))
+}
+
+/// The `(timestamp, id)` of a token [`encode_cursor`] made with `key`; `None` for any
+/// other text.
+fn decode_cursor(key: &ring::hmac::Key, token: &str) -> Option<(String, String)> {
+    if token.len() > 2048 {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
-        .collect();
-    let text = String::from_utf8(bytes?).ok()?;
+    let (payload, tag) = token.split_once('.')?;
+    let (payload, tag) = (unhex(payload)?, unhex(tag)?);
+    ring::hmac::verify(key, &payload, &tag).ok()?;
+    let text = String::from_utf8(payload).ok()?;
     let (ts, id) = text.split_once(' ')?;
     (!id.is_empty() && humantime::parse_rfc3339(ts).is_ok())
         .then(|| (ts.to_string(), id.to_string()))
 }
 
+/// The text of `m[camel]` (else `m[snake]`) as the client sent it: a number as
+/// written (`100000000000000000000`, not `1e20`), found in `body` under `prefix`;
+/// else as serde_json writes the value.
+fn as_sent(
+    m: &Map<String, Value>,
+    body: &[u8],
+    prefix: &[&str],
+    camel: &str,
+    snake: &str,
+) -> String {
+    let name = if m.contains_key(camel) { camel } else { snake };
+    let Some(v) = m.get(name) else {
+        return String::new();
+    };
+    if !v.is_number() {
+        return v.to_string();
+    }
+    let mut path = prefix.to_vec();
+    path.push(name);
+    jsonrpc::text_at(body, &path).unwrap_or_else(|| v.to_string())
+}
+
 /// `historyLength` (or `history_length`): a non-negative integer; absent or null means
 /// the whole history, 0 none.
-fn history_length(m: &Map<String, Value>) -> Result<Option<usize>, RpcError> {
+fn history_length(
+    m: &Map<String, Value>,
+    body: &[u8],
+    prefix: &[&str],
+) -> Result<Option<usize>, RpcError> {
     match field(m, "historyLength", "history_length") {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -846,7 +993,8 @@ fn history_length(m: &Map<String, Value>) -> Result<Option<usize>, RpcError> {
             .map(Some)
             .ok_or_else(|| {
                 RpcError::invalid_params(format!(
-                    "Failed to parse historyLength field: expected a non-negative integer, got {v}"
+                    "Failed to parse historyLength field: expected a non-negative integer, got {}",
+                    short(&as_sent(m, body, prefix, "historyLength", "history_length"))
                 ))
             }),
     }
@@ -876,6 +1024,34 @@ fn check_version(head: &Head) -> Result<(), RpcError> {
 
 fn invalid_request(id: &Value, message: &str) -> Value {
     jsonrpc::failure(id, &RpcError::plain(jsonrpc::INVALID_REQUEST, message))
+}
+
+/// Logs a 404 or 405 answer as one `refused …` line naming the method and path asked
+/// for (cut at 200 characters, control characters escaped), then returns it.
+fn refused_http(head: &Head, r: Response) -> Response {
+    let asked: String = format!("{} {}", head.method, head.path)
+        .chars()
+        .flat_map(char::escape_default)
+        .take(200)
+        .collect();
+    let allow = r
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("allow"))
+        .map(|(_, v)| format!(" (allowed: {v})"))
+        .unwrap_or_default();
+    let what = if r.status == 404 {
+        "Not Found"
+    } else {
+        "Method Not Allowed"
+    };
+    log::info!(
+        target: LOG_TARGET,
+        "refused a request from {}: HTTP {} {what}, {asked}{allow}",
+        peer(head),
+        r.status
+    );
+    r
 }
 
 fn method_not_allowed(allow: &str) -> Response {
@@ -967,6 +1143,15 @@ fn unpaired_surrogate(body: &[u8]) -> Option<(usize, u16)> {
 }
 
 /// Compares without stopping at the first difference (the length still shows).
+/// `true` for a `Host` header fit to build a URL from: `host[:port]` of letters,
+/// digits, `.`, `-`, `:`, `[`, `]` (IPv6), at most 255 bytes.
+fn plain_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -1041,13 +1226,28 @@ mod tests {
         ] {
             assert!(parse_timestamp(bad).is_none(), "{bad}");
         }
-        let t = encode_cursor("2026-10-27T10:00:00.000001Z", "tsk_1");
+        let key = cursor_key();
+        let t = encode_cursor(&key, "2026-10-27T10:00:00.000001Z", "tsk_1");
         assert_eq!(
-            decode_cursor(&t),
+            decode_cursor(&key, &t),
             Some(("2026-10-27T10:00:00.000001Z".into(), "tsk_1".into()))
         );
-        for bad in ["", "zz", "abc", &encode_cursor("not-a-time", "tsk_1")] {
-            assert!(decode_cursor(bad).is_none(), "{bad}");
+        // Forged: the bare hex of `<ts> <id>` (the old form), another door's token,
+        // a payload changed under its tag.
+        let bare = hex(b"2026-10-27T10:00:00.000001Z tsk_2");
+        let other = encode_cursor(&cursor_key(), "2026-10-27T10:00:00.000001Z", "tsk_1");
+        let (_, tag) = t.split_once('.').unwrap();
+        let moved = format!("{bare}.{tag}");
+        for bad in [
+            "",
+            "zz",
+            "abc",
+            &bare,
+            &other,
+            &moved,
+            &encode_cursor(&key, "not-a-time", "tsk_1"),
+        ] {
+            assert!(decode_cursor(&key, bad).is_none(), "{bad}");
         }
     }
 

@@ -1,8 +1,19 @@
 //! A small blocking HTTP/1.1 server on `std::net`, with the limits a door needs and
 //! tiny_http lacks: a deadline for a request head and for a whole request, one
-//! small-stack thread per connection under a global cap, a cap per peer address on
-//! connections that have not sent a whole request head yet, a header and a body size
-//! cap.
+//! small-stack thread per connection under a global cap, caps per peer address on its
+//! connections (whatever their state) and on those that have not sent a whole request
+//! head yet, a rate limit per address on requests without the token, a header and a
+//! body size cap.
+//!
+//! The reserve: a connection past a cap is not refused at once, because one address
+//! (loopback for a whole formation, a reverse proxy, a NAT) can carry a hostile client
+//! and a legitimate one, which only their requests tell apart. Up to
+//! [`DoorLimits::reserve_connections`] such connections are *on probation*: the door
+//! reads their first head, serves it if it carries the door's token (then closes the
+//! connection) and answers anything else 503. A new probation connection when the
+//! reserve is full evicts the oldest one still sending its head (503, closed), so
+//! trickled heads cannot hold the reserve against a client that sends its head at
+//! once.
 //!
 //! What it serves is a [`Service`]; the door's is the A2A JSON-RPC app. Supported:
 //! `Content-Length` bodies (no chunked requests: 501), keep-alive and pipelining on
@@ -13,11 +24,11 @@
 //! holds only its own thread, never one another client needs, so a well-behaved client
 //! is served at once while slow ones wait out their deadline (the slowloris case).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -119,6 +130,12 @@ pub trait Service: Send + Sync + 'static {
     /// The answer to a request whose declared body exceeds the limit.
     fn too_large(&self, limit: usize) -> Response;
 
+    /// `true` when the request carries the credentials the service wants (the door's
+    /// bearer token). Requests that do not are rate-limited per address
+    /// ([`DoorLimits::unauthenticated_per_sec`]), and are the only ones a connection on
+    /// probation (past a cap, in the reserve) is refused.
+    fn authorized(&self, head: &Head) -> bool;
+
     /// Serves one request. `stop` turns true when the server shuts down; a call that
     /// waits must watch it.
     fn call(&self, head: &Head, body: Vec<u8>, stop: &AtomicBool) -> Response;
@@ -131,9 +148,66 @@ struct Shared {
     stop: AtomicBool,
     /// Connection threads running now.
     conns: AtomicUsize,
-    /// Per peer address: connections that have not sent a whole request head yet.
-    /// At most one entry per live connection.
-    pending: Mutex<HashMap<IpAddr, usize>>,
+    /// Per peer address: its connections, those without a whole request head yet, and
+    /// its bucket of unauthenticated requests.
+    peers: Mutex<HashMap<IpAddr, Peer>>,
+    /// Connections on probation still sending their first head, oldest first: their
+    /// id and a handle to close them when the reserve is full.
+    probation: Mutex<VecDeque<(u64, TcpStream)>>,
+    /// Probation connection threads running now (sending a head or being served).
+    probation_live: AtomicUsize,
+    /// The id of the next connection.
+    next_id: AtomicU64,
+}
+
+/// What the server counts per peer address.
+#[derive(Debug)]
+struct Peer {
+    /// Connections counted against [`DoorLimits::max_connections_per_ip`] (not those
+    /// on probation).
+    conns: usize,
+    /// Connections without a whole request head yet
+    /// ([`DoorLimits::max_pending_heads_per_ip`]).
+    pending: usize,
+    /// Unauthenticated requests that may still be served now; refilled at
+    /// [`DoorLimits::unauthenticated_per_sec`], up to twice that.
+    tokens: f64,
+    /// When `tokens` was last refilled.
+    refilled: Instant,
+}
+
+impl Peer {
+    fn new(limits: &DoorLimits) -> Peer {
+        Peer {
+            conns: 0,
+            pending: 0,
+            tokens: burst(limits),
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Refills the bucket up to now.
+    fn refill(&mut self, limits: &DoorLimits) {
+        let now = Instant::now();
+        let rate = limits.unauthenticated_per_sec as f64;
+        let gained = now.duration_since(self.refilled).as_secs_f64() * rate;
+        self.tokens = (self.tokens + gained).min(burst(limits));
+        self.refilled = now;
+    }
+
+    /// An entry with nothing open and a full bucket carries no state worth keeping.
+    fn forgettable(&mut self, limits: &DoorLimits) -> bool {
+        if self.conns > 0 || self.pending > 0 {
+            return false;
+        }
+        self.refill(limits);
+        self.tokens >= burst(limits)
+    }
+}
+
+/// The bucket size of [`Peer::tokens`]: twice the rate a second.
+fn burst(limits: &DoorLimits) -> f64 {
+    2.0 * limits.unauthenticated_per_sec as f64
 }
 
 impl Shared {
@@ -152,16 +226,15 @@ struct PendingSlot {
 }
 
 impl PendingSlot {
+    /// A pending slot for a connection of `ip` that is already counted in
+    /// [`Peer::conns`]; `None` when the address has none left.
     fn take(shared: &Arc<Shared>, ip: IpAddr) -> Option<PendingSlot> {
-        let mut map = shared.pending.lock();
-        let n = map.entry(ip).or_insert(0);
-        if *n >= shared.limits.max_pending_heads_per_ip {
-            if *n == 0 {
-                map.remove(&ip);
-            }
+        let mut map = shared.peers.lock();
+        let peer = map.get_mut(&ip)?;
+        if peer.pending >= shared.limits.max_pending_heads_per_ip {
             return None;
         }
-        *n += 1;
+        peer.pending += 1;
         Some(PendingSlot {
             shared: shared.clone(),
             ip,
@@ -171,14 +244,121 @@ impl PendingSlot {
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        let mut map = self.shared.pending.lock();
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(p) = self.shared.peers.lock().get_mut(&self.ip) {
+            p.pending = p.pending.saturating_sub(1);
+        }
+    }
+}
+
+/// How a connection was admitted.
+enum Admission {
+    /// Within the caps: counted in [`Peer::conns`] (given back on drop) and holding a
+    /// pending slot for its first head.
+    Regular(PeerSlot, PendingSlot),
+    /// Past a cap, in the reserve: its first request is served only with the token,
+    /// and the connection closes after it.
+    Probation(ProbationSlot),
+}
+
+/// A connection counted in [`Peer::conns`] while it lives.
+struct PeerSlot {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let limits = &self.shared.limits;
+        let mut map = self.shared.peers.lock();
+        if let Some(p) = map.get_mut(&self.ip) {
+            p.conns = p.conns.saturating_sub(1);
+            if p.forgettable(limits) {
                 map.remove(&self.ip);
             }
         }
     }
+}
+
+/// A probation connection: counted in [`Shared::probation_live`] while it lives, and
+/// listed in [`Shared::probation`] (evictable) until its head is complete.
+struct ProbationSlot {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl ProbationSlot {
+    /// Takes the connection off the eviction list: its head is complete.
+    fn settle(&self) {
+        self.shared
+            .probation
+            .lock()
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Drop for ProbationSlot {
+    fn drop(&mut self) {
+        self.settle();
+        self.shared.probation_live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Decides how a new connection from `ip` is admitted, or `None` when it must be
+/// refused at once (the reserve is empty and every reserve connection is being
+/// served, or too many evicted ones are still closing).
+fn admit(shared: &Arc<Shared>, ip: IpAddr, stream: &TcpStream, live: usize) -> Option<Admission> {
+    let limits = &shared.limits;
+    let regular_live = live.saturating_sub(shared.probation_live.load(Ordering::SeqCst));
+    {
+        let mut map = shared.peers.lock();
+        let peer = map.entry(ip).or_insert_with(|| Peer::new(limits));
+        if regular_live < limits.max_connections
+            && peer.conns < limits.max_connections_per_ip
+            && peer.pending < limits.max_pending_heads_per_ip
+        {
+            peer.conns += 1;
+            peer.pending += 1;
+            drop(map);
+            return Some(Admission::Regular(
+                PeerSlot {
+                    shared: shared.clone(),
+                    ip,
+                },
+                PendingSlot {
+                    shared: shared.clone(),
+                    ip,
+                },
+            ));
+        }
+        if peer.forgettable(limits) {
+            map.remove(&ip);
+        }
+    }
+    if limits.reserve_connections == 0 {
+        return None;
+    }
+    let mut queue = shared.probation.lock();
+    let live_probation = shared.probation_live.load(Ordering::SeqCst);
+    if live_probation >= limits.reserve_connections {
+        // Evict the oldest still sending its head; settled ones are being served.
+        let (_, old) = queue.pop_front()?;
+        let _ = old.set_write_timeout(Some(Duration::from_millis(200)));
+        let mut w = &old;
+        let _ = write_response(&mut w, &refusal(503), false);
+        let _ = old.shutdown(Shutdown::Both);
+        // Evicted threads end at once; still, never more than twice the reserve.
+        if live_probation >= 2 * limits.reserve_connections {
+            return None;
+        }
+    }
+    let handle = stream.try_clone().ok()?;
+    let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+    queue.push_back((id, handle));
+    shared.probation_live.fetch_add(1, Ordering::SeqCst);
+    Some(Admission::Probation(ProbationSlot {
+        shared: shared.clone(),
+        id,
+    }))
 }
 
 /// Counts a connection thread in [`Shared::conns`] while it lives.
@@ -214,7 +394,10 @@ impl Server {
             limits,
             stop: AtomicBool::new(false),
             conns: AtomicUsize::new(0),
-            pending: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
+            probation: Mutex::new(VecDeque::new()),
+            probation_live: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
         });
         let s = shared.clone();
         let accept = std::thread::Builder::new()
@@ -259,6 +442,7 @@ impl Server {
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     let limits = &shared.limits;
     let mut live: Vec<JoinHandle<()>> = Vec::new();
+    let mut accepted: u64 = 0;
     for conn in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
             break;
@@ -279,18 +463,20 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 log::error!("door connection thread panicked");
             }
         }
-        if live.len() >= limits.max_connections {
+        if live.len() >= limits.max_connections + 2 * limits.reserve_connections {
             log::debug!("door: {} connections open; refusing one", live.len());
             refuse(stream);
             continue;
         }
+        accepted = accepted.wrapping_add(1);
+        if accepted % 1024 == 0 {
+            shared.peers.lock().retain(|_, p| !p.forgettable(limits));
+        }
         let ip = stream
             .peer_addr()
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
-        let Some(pending) = PendingSlot::take(shared, ip) else {
-            log::debug!(
-                "door: {ip} has too many connections without a whole request head; refusing one"
-            );
+        let Some(admission) = admit(shared, ip, &stream, live.len()) else {
+            log::debug!("door: {ip} is past its caps and the reserve is busy; refusing one");
             refuse(stream);
             continue;
         };
@@ -303,7 +489,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             .spawn(move || {
                 let _guard = guard;
                 let peer = stream.peer_addr().ok();
-                let r = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &s, pending)));
+                let r = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &s, admission)));
                 if r.is_err() {
                     log::error!("door: a request from {peer:?} panicked; connection dropped");
                 }
@@ -325,11 +511,34 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 /// socket's send buffer takes it at once, and the write is bounded by 1 s anyway.
 fn refuse(mut s: TcpStream) {
     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut r = Response::empty(503);
+    let _ = write_response(&mut s, &refusal(503), false);
+    let _ = s.shutdown(Shutdown::Write);
+}
+
+/// An empty answer with `Retry-After: 1` that closes the connection (503, 429).
+fn refusal(status: u16) -> Response {
+    let mut r = Response::empty(status);
     r.headers.push(("Retry-After", "1".into()));
     r.close = true;
-    let _ = write_response(&mut s, &r, false);
-    let _ = s.shutdown(Shutdown::Write);
+    r
+}
+
+/// Takes one unauthenticated request from the bucket of `ip`; `false` when it is
+/// empty. Always `true` when [`DoorLimits::unauthenticated_per_sec`] is 0.
+fn spend_unauthenticated(shared: &Shared, ip: IpAddr) -> bool {
+    let limits = &shared.limits;
+    if limits.unauthenticated_per_sec == 0 {
+        return true;
+    }
+    let mut map = shared.peers.lock();
+    let peer = map.entry(ip).or_insert_with(|| Peer::new(limits));
+    peer.refill(limits);
+    if peer.tokens >= 1.0 {
+        peer.tokens -= 1.0;
+        true
+    } else {
+        false
+    }
 }
 
 /// Why reading a request stopped.
@@ -345,16 +554,24 @@ enum ReadError {
     Bad(&'static str),
 }
 
-fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: PendingSlot) {
+fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, admission: Admission) {
     let limits = &shared.limits;
+    let ip = stream
+        .peer_addr()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
+    let (_peer_slot, pending, probation) = match admission {
+        Admission::Regular(p, pending) => (Some(p), Some(pending), None),
+        Admission::Probation(p) => (None, None, Some(p)),
+    };
     let service = &*shared.service;
     let stop = &shared.stop;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(limits.write_timeout));
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     // A fresh connection must send its whole first head within the head deadline of
-    // being accepted; it holds its pending slot meanwhile.
-    let mut pending = Some(pending);
+    // being accepted; it holds its pending slot meanwhile (a probation connection has
+    // none: it is bounded by the reserve instead).
+    let mut pending = pending;
     let mut start = Some(Instant::now());
     loop {
         // Wait for the first byte of the next request on a kept-alive connection,
@@ -368,16 +585,12 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
         let begun = start.take().unwrap_or_else(Instant::now);
         // Counted against max_pending_heads_per_ip until the head is complete.
         let slot = match pending.take() {
-            Some(p) => p,
-            None => {
-                let ip = stream
-                    .peer_addr()
-                    .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip());
-                match PendingSlot::take(shared, ip) {
-                    Some(p) => p,
-                    None => return answer_and_close(stream, 503),
-                }
-            }
+            Some(p) => Some(p),
+            None if probation.is_some() => None,
+            None => match PendingSlot::take(shared, ip) {
+                Some(p) => Some(p),
+                None => return answer_and_close(stream, 503),
+            },
         };
         let deadline = begun + limits.read_timeout;
         let head_deadline = begun + limits.head_timeout.min(limits.read_timeout);
@@ -398,6 +611,9 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
             }
         };
         drop(slot);
+        if let Some(p) = &probation {
+            p.settle();
+        }
         let head = match parse_head(&buf[..head_len]) {
             Ok(mut h) => {
                 h.peer = stream.peer_addr().ok();
@@ -424,9 +640,20 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
         }
         let length = length.unwrap_or(0);
 
+        let authorized = service.authorized(&head);
+        if !authorized {
+            if probation.is_some() {
+                return answer_refusal(stream, 503, length > buf.len());
+            }
+            if !spend_unauthenticated(shared, ip) {
+                return answer_refusal(stream, 429, length > buf.len());
+            }
+        }
         if let Some(mut r) = service.check_head(&head) {
             let unread = length > buf.len();
-            r.close |= unread || !keep_alive(&head);
+            // A 401 ends the connection: a client without the token gets one try per
+            // connection, and cannot hold it with refused requests.
+            r.close |= unread || !keep_alive(&head) || r.status == 401 || probation.is_some();
             if length <= buf.len() {
                 buf.drain(..length);
             }
@@ -465,7 +692,10 @@ fn serve_connection(mut stream: TcpStream, shared: &Arc<Shared>, pending: Pendin
         }
         let body: Vec<u8> = buf.drain(..length).collect();
         let mut r = service.call(&head, body, stop);
-        r.close |= !keep_alive(&head) || stop.load(Ordering::SeqCst) || shared.crowded();
+        r.close |= !keep_alive(&head)
+            || stop.load(Ordering::SeqCst)
+            || shared.crowded()
+            || probation.is_some();
         let close = r.close;
         if write_response(&mut stream, &r, false).is_err() || close {
             return close_gracefully(stream, false);
@@ -727,6 +957,21 @@ fn answer_and_close(mut stream: TcpStream, status: u16) {
     close_gracefully(stream, false);
 }
 
+/// [`refusal`] (503 for a probation connection without the token, 429 past the
+/// unauthenticated rate), then closes; `drain` when a body was left unread.
+fn answer_refusal(mut stream: TcpStream, status: u16, drain: bool) {
+    log::debug!(
+        target: "mur::door",
+        "refused a request from {}: HTTP {status} {}",
+        stream
+            .peer_addr()
+            .map_or_else(|_| "an unknown peer".to_string(), |a| a.to_string()),
+        reason(status)
+    );
+    let _ = write_response(&mut stream, &refusal(status), false);
+    close_gracefully(stream, drain);
+}
+
 /// Closes the write side, then drains what the peer still sends (bounded in bytes and
 /// time) so it reads our answer rather than a connection reset.
 fn close_gracefully(mut stream: TcpStream, drain: bool) {
@@ -750,7 +995,7 @@ fn close_gracefully(mut stream: TcpStream, drain: bool) {
     }
 }
 
-fn write_response(stream: &mut TcpStream, r: &Response, head_only: bool) -> io::Result<()> {
+fn write_response(stream: &mut impl Write, r: &Response, head_only: bool) -> io::Result<()> {
     let mut out = Vec::with_capacity(256 + r.body.len());
     write!(out, "HTTP/1.1 {} {}\r\n", r.status, reason(r.status))?;
     for (n, v) in &r.headers {
@@ -780,6 +1025,7 @@ fn reason(status: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         415 => "Unsupported Media Type",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",

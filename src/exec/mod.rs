@@ -51,7 +51,6 @@ pub mod procs;
 pub mod sandbox;
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -350,7 +349,7 @@ impl Supervisor {
             path: log_path.clone(),
             source,
         };
-        let log = OpenOptions::new()
+        let log = crate::private::file_options()
             .create(true)
             .append(true)
             .open(&log_path)

@@ -567,7 +567,7 @@ impl Board {
 /// How a log line names where a task came from (no secret: a member's name at most).
 fn origin_label(origin: &Origin) -> String {
     match origin {
-        Origin::Member { caller, .. } => format!("member {caller}"),
+        Origin::Member { caller, .. } => format!("member {}", caller.escape_debug()),
         other => other.as_str().replace('_', " "),
     }
 }

@@ -430,7 +430,9 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
 }
 
 /// `mur door`: serves one capsule as a standalone A2A agent at `listen` behind
-/// `token`, until `signal` fires. Prints `door: <url>` on stdout once it listens.
+/// `token`, its card advertising `advertise_url` when given, until `signal` fires.
+/// Prints `door: <url>` on stdout once it listens, and logs a warning when it listens
+/// beyond loopback over plain HTTP ([`crate::door::exposure_warning`]).
 ///
 /// # Errors
 ///
@@ -440,9 +442,14 @@ pub fn run_door(
     capsule: &Path,
     listen: SocketAddr,
     token: String,
+    advertise_url: Option<String>,
     records_dir: Option<PathBuf>,
     signal: &ShutdownHandle,
 ) -> Result<SessionEnd, LaunchError> {
+    if let Some(u) = &advertise_url {
+        crate::door::check_advertised_url(u)
+            .map_err(|e| LaunchError::Usage(format!("--advertise-url: {e}")))?;
+    }
     let loaded = staging::load_capsule(capsule, &[]).map_err(LaunchError::Usage)?;
     let m = &loaded.manifest;
     let choice = m
@@ -469,7 +476,14 @@ pub fn run_door(
         &m.name,
         m.description.as_deref().unwrap_or("A mur capsule"),
     );
-    let door = Door::start(listen, token, Arc::new(handler), DoorLimits::default())
+    if let Some(w) = crate::door::exposure_warning(listen, advertise_url.as_deref()) {
+        log::warn!(target: "mur::door", "{w}");
+    }
+    let limits = DoorLimits {
+        advertised_url: advertise_url,
+        ..DoorLimits::default()
+    };
+    let door = Door::start(listen, token, Arc::new(handler), limits)
         .map_err(|e| LaunchError::Usage(format!("door: {e}")))?;
     {
         use std::io::Write;

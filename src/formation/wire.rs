@@ -302,6 +302,18 @@ fn link_error(e: ClientError) -> LinkError {
     }
 }
 
+impl HttpLink {
+    /// A task a door answered as a snapshot, its status message and answer (text the
+    /// peer chose, on its way to a model) scrubbed of this client's token and the
+    /// door's address ([`A2aClient::scrub`]).
+    fn snapshot(&self, t: &Task) -> Snapshot {
+        let mut s = from_task(t);
+        s.message = s.message.map(|m| self.client.scrub(&m));
+        s.answer = s.answer.map(|a| self.client.scrub(&a));
+        s
+    }
+}
+
 impl Link for HttpLink {
     fn send(&self, text: &str, meta: &SendMeta) -> Result<Snapshot, LinkError> {
         let mut murmur = Map::new();
@@ -313,14 +325,14 @@ impl Link for HttpLink {
         let metadata = json!({ "murmur": murmur });
         self.client
             .send_message(text, Some(metadata), true)
-            .map(|t| from_task(&t))
+            .map(|t| self.snapshot(&t))
             .map_err(link_error)
     }
 
     fn get(&self, task_id: &str) -> Result<Snapshot, LinkError> {
         self.client
             .get_task_with_history(task_id, Some(0))
-            .map(|t| from_task(&t))
+            .map(|t| self.snapshot(&t))
             .map_err(link_error)
     }
 

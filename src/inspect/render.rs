@@ -342,6 +342,79 @@ impl<W: Write> Renderer<W> {
                     at_path("/context/used_tokens").unwrap_or("?".into()),
                 )
             }
+            "background_command" => {
+                // operation, work id, state, exit code (or what the command still is),
+                // then how long it has run, the wait, and the command line.
+                let state = s("state");
+                let st = self.paint(
+                    match state.as_str() {
+                        "running" => "33",
+                        "exited" if n("exit_code") == Some(0) => "32",
+                        _ => "31",
+                    },
+                    &state,
+                );
+                let exit = match r.get("exit_code") {
+                    Some(Value::Number(c)) => format!(" · exit code {c}"),
+                    _ => String::new(),
+                };
+                let status = match s("status") {
+                    x if x.is_empty() => String::new(),
+                    x => format!(" ({x})"),
+                };
+                let mut what = format!(
+                    "{} {} {st}{exit}{status} · {} s elapsed",
+                    s("operation"),
+                    s("work_id"),
+                    n("elapsed_secs").map_or("?".into(), |e| e.to_string())
+                );
+                if let Some(w) = n("waited_secs") {
+                    what.push_str(&format!(
+                        " · waited {w} of {} s",
+                        n("wait_secs").map_or("?".into(), |e| e.to_string())
+                    ));
+                }
+                if !s("cut_by").is_empty() {
+                    what.push_str(&format!(" · wait cut by {}", s("cut_by")));
+                }
+                let argv = self.cut_str(&argv_of(r.get("argv")), CUT_INPUT);
+                let label = self.paint("1;35", "work");
+                writeln!(self.out, "{at} {label} {what} · {argv}")
+            }
+            "deadline_notice" => {
+                let label = self.paint("33", "deadline");
+                writeln!(
+                    self.out,
+                    "{at} {label} notice with tool call [{}]: {} s left, deadline {}",
+                    s("call_id"),
+                    n("left_secs").map_or("?".into(), |e| e.to_string()),
+                    s("at")
+                )
+            }
+            "survivor_killed" => {
+                let label = self.paint("31", "killed");
+                let work = match s("work_id") {
+                    w if w.is_empty() => String::new(),
+                    w => format!(" of {w}"),
+                };
+                let argv = self.cut_str(&argv_of(r.get("argv")), CUT_INPUT);
+                writeln!(
+                    self.out,
+                    "{at} {label} survivor pid {} ({}){work} with {} · {argv}",
+                    n("pid").map_or("?".into(), |e| e.to_string()),
+                    s("comm"),
+                    s("signal")
+                )
+            }
+            "completion_dropped" => {
+                let label = self.paint("33", "dropped");
+                writeln!(
+                    self.out,
+                    "{at} {label} completion task for {}: {}",
+                    s("work_id"),
+                    s("reason")
+                )
+            }
             "task_failed" => {
                 let label = self.paint("1;31", "failed");
                 writeln!(self.out, "{at} {label} {}", s("error"))
@@ -507,6 +580,30 @@ pub fn relative(t: SystemTime, start: SystemTime) -> String {
 }
 
 /// A duration in milliseconds as `15 ms` or `1.234 s`; `?` when absent.
+/// A record's `argv` as a shell-like line: each argument as is when it is plain,
+/// JSON-quoted when it holds a space, a quote or a control character.
+fn argv_of(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Value::String(t)
+                    if !t.is_empty()
+                        && !t.chars().any(|c| {
+                            c.is_whitespace() || c.is_control() || "\"'\\".contains(c)
+                        }) =>
+                {
+                    t.clone()
+                }
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
 fn ms(v: Option<u64>) -> String {
     match v {
         None => "?".into(),

@@ -31,7 +31,10 @@ pub struct Summary {
     pub status: String,
     /// Tasks started.
     pub tasks: u64,
-    /// Model calls (turns) over all its tasks.
+    /// Model calls that answered (turns) over all its tasks: `inference` records
+    /// without an `error`. A call that failed (an unset credential, a script with no
+    /// turn left, an HTTP error after its retries) or that the deadline or a shutdown
+    /// cut short is not a turn.
     pub turns: u64,
     /// Input plus output tokens over all its model calls.
     pub tokens: u64,
@@ -83,7 +86,9 @@ pub fn summarize(id: &str, dir: &Path) -> std::io::Result<Summary> {
             }
             Some("task_start") => s.tasks += 1,
             Some("inference") => {
-                s.turns += 1;
+                if r.get("error").is_none() {
+                    s.turns += 1;
+                }
                 let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
                 s.tokens += n("input_tokens") + n("output_tokens");
             }

@@ -134,8 +134,9 @@ pub fn parse_str(text: &str, file: &str) -> Result<Manifest, ManifestError> {
     }
 }
 
-/// Keys the parser knows (their types are checked) that this build does not provide:
-/// staging refuses a capsule that sets one (see `staging::inventory_for`).
+/// Keys the parser knows that this build does not provide: staging refuses a capsule
+/// that sets one (see `staging::inventory_for`), and a problem inside one's value is
+/// reported as that refusal, never as the problem (see `not_provided_first`).
 pub const NOT_PROVIDED: &[&str] = &[
     "lifecycle.done_check",
     "lifecycle.keep_working",
@@ -193,10 +194,13 @@ pub(super) fn walk_yaml<T>(
             None
         }
         Ok((root, tree_errors)) => {
+            let refused = !tree_errors.is_empty();
             for e in tree_errors {
                 cx.err(e.pos, &e.path, e.message);
             }
             match root {
+                // Refused part way (over the value limit): that error says it all.
+                None if refused => None,
                 None => {
                     cx.err(Pos { line: 1, column: 1 }, "", empty);
                     None

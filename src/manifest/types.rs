@@ -329,7 +329,7 @@ pub enum AfterTask {
 }
 
 /// A declared artifact, `scope/name[@version]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ArtifactRef {
     /// The part before the `/`.
     pub scope: String,

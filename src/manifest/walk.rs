@@ -5,6 +5,8 @@
 //! its known-key list. Every reader returns `None` after recording why.
 
 use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::path::{Component, PathBuf};
 
 use super::parse::Diagnostic;
@@ -261,21 +263,23 @@ impl<'n> Field<'n, '_> {
     }
 
     /// A list of items read by `item`, each distinct; an item that fails is left out
-    /// (its diagnostic is recorded).
-    pub(super) fn list_of<T: PartialEq>(
+    /// (its diagnostic is recorded). Linear in the list's length (a set of the items
+    /// seen), so a list near the value limit is checked as fast as it is read.
+    pub(super) fn list_of<T: Eq + Hash + Clone>(
         &self,
         cx: &mut Cx,
         mut item: impl FnMut(&mut Cx, Field<'n, '_>) -> Option<T>,
     ) -> Vec<T> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         for (node, path) in self.list(cx).unwrap_or_default() {
             let Some(v) = item(cx, Field { node, path: &path }) else {
                 continue;
             };
-            if out.contains(&v) {
-                cx.err(node.pos, &path, "duplicate entry");
-            } else {
+            if seen.insert(v.clone()) {
                 out.push(v);
+            } else {
+                cx.err(node.pos, &path, "duplicate entry");
             }
         }
         out
@@ -307,13 +311,16 @@ impl<'n> Field<'n, '_> {
     }
 
     /// A mapping with any keys; duplicate keys are reported (the first one counts).
+    /// Linear in the number of keys (a map from each key to its first entry).
     pub(super) fn entries(&self, cx: &mut Cx) -> Option<&'n [Entry]> {
         let Value::Map(entries) = &self.node.value else {
             self.mismatch(cx, "a mapping");
             return None;
         };
-        for (i, e) in entries.iter().enumerate() {
-            if let Some(first) = entries[..i].iter().find(|f| f.key == e.key) {
+        let mut firsts: HashMap<&str, &Entry> = HashMap::with_capacity(entries.len());
+        for e in entries {
+            let first = *firsts.entry(e.key.as_str()).or_insert(e);
+            if !std::ptr::eq(first, e) {
                 cx.err(
                     e.key_pos,
                     self.path,

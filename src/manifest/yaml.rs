@@ -4,6 +4,8 @@
 //! quoted `"123"` stays a string, and are only resolved (null, boolean, integer, number,
 //! string) by [`Scalar::kind`] when the walker asks for a type.
 
+use std::collections::HashMap;
+
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 
@@ -192,12 +194,22 @@ pub fn parse(text: &str) -> Result<(Option<Node>, Vec<TreeError>), SyntaxError> 
     }
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    parser
-        .load(&mut builder, true)
-        .map_err(|e: ScanError| SyntaxError {
+    // Event by event rather than `Parser::load`, so the input is refused as soon as it
+    // crosses MAX_NODES: nothing past that point is read, let alone checked.
+    loop {
+        let (ev, mark) = parser.next_token().map_err(|e: ScanError| SyntaxError {
             pos: (*e.marker()).into(),
             message: e.info().to_string(),
         })?;
+        let end = ev == Event::StreamEnd;
+        builder.on_event(ev, mark);
+        if builder.over_budget {
+            return Ok((None, builder.errors));
+        }
+        if end {
+            break;
+        }
+    }
     Ok((builder.root, builder.errors))
 }
 
@@ -224,7 +236,8 @@ struct Builder {
     stack: Vec<Frame>,
     root: Option<Node>,
     documents: usize,
-    anchors: Vec<(usize, Node)>,
+    /// Anchored nodes by anchor id (a redefined anchor gets a new id).
+    anchors: HashMap<usize, Node>,
     errors: Vec<TreeError>,
     /// Nodes built so far, aliases counted at their expanded size.
     nodes: usize,
@@ -279,7 +292,7 @@ impl Builder {
     /// Hands a finished node to the enclosing container, or makes it the root.
     fn push(&mut self, node: Node, anchor: usize) {
         if anchor != 0 {
-            self.anchors.push((anchor, node.clone()));
+            self.anchors.insert(anchor, node.clone());
         }
         match self.stack.last_mut() {
             None => {
@@ -446,37 +459,34 @@ impl MarkedEventReceiver for Builder {
                 };
                 self.push(node, anchor);
             }
-            Event::Alias(id) => {
-                let found = self.anchors.iter().rev().find(|(a, _)| *a == id);
-                match found {
-                    Some((_, node)) => {
-                        let size = node_count(node);
-                        self.nodes += size;
-                        if self.nodes > MAX_NODES {
-                            if !self.over_budget {
-                                self.over_budget = true;
-                                self.error(pos, format!("the manifest expands to more than {MAX_NODES} values (aliases counted at their expanded size)"));
-                            }
-                            return;
+            Event::Alias(id) => match self.anchors.get(&id) {
+                Some(node) => {
+                    let size = node_count(node);
+                    self.nodes += size;
+                    if self.nodes > MAX_NODES {
+                        if !self.over_budget {
+                            self.over_budget = true;
+                            self.error(pos, format!("the manifest expands to more than {MAX_NODES} values (aliases counted at their expanded size)"));
                         }
-                        let mut node = node.clone();
-                        node.pos = pos;
-                        self.push(node, 0);
+                        return;
                     }
-                    None => {
-                        self.error(pos, "alias to an unknown anchor".into());
-                        let null = Node {
-                            pos,
-                            value: Value::Scalar(Scalar {
-                                text: String::new(),
-                                plain: true,
-                                core_tag: None,
-                            }),
-                        };
-                        self.push(null, 0);
-                    }
+                    let mut node = node.clone();
+                    node.pos = pos;
+                    self.push(node, 0);
                 }
-            }
+                None => {
+                    self.error(pos, "alias to an unknown anchor".into());
+                    let null = Node {
+                        pos,
+                        value: Value::Scalar(Scalar {
+                            text: String::new(),
+                            plain: true,
+                            core_tag: None,
+                        }),
+                    };
+                    self.push(null, 0);
+                }
+            },
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
     }

@@ -14,7 +14,7 @@ use std::path::Path;
 pub fn point(link: &Path, target: &Path) -> std::io::Result<()> {
     let target = std::path::absolute(target)?;
     let parent = link.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)?;
+    crate::private::create_dir_all(parent)?;
     let name = link
         .file_name()
         .map_or_else(|| "latest".into(), |n| n.to_string_lossy().into_owned());

@@ -12,11 +12,16 @@
 //! one whose `mur` was killed. [`read`] reads a trace back as a stream, [`find`] finds a
 //! session's records directory, [`latest`] keeps the `latest` symlinks.
 
+//!
+//! A record stores at most 64 KiB of any one string, the full text going to a file
+//! beside the trace; a session's records are limited to 256 MiB (see [`cap`]).
+
+pub mod cap;
 pub mod find;
 pub mod latest;
 pub mod read;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,32 +41,55 @@ pub struct Trace {
 struct Inner {
     session: String,
     tx: Mutex<Option<Sender<Line>>>,
-    seq: Mutex<u64>,
+    /// The last seq handed out, and the bytes of records sent so far.
+    seq: Mutex<(u64, u64)>,
     writer: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
+    /// [`cap::SESSION_LIMIT_BYTES`], or a smaller one in tests.
+    limit: u64,
 }
 
-struct Line(Vec<u8>);
+/// What the writer thread writes: a trace line, or first a blob file (a path relative
+/// to the trace's directory, and its text).
+enum Line {
+    Line(Vec<u8>),
+    Blob(String, String),
+}
 
 impl Trace {
     /// Opens (creates or appends to) `path` and starts the writer thread.
     ///
     /// Errors: the file cannot be opened.
     pub fn open(path: &Path, session: &str) -> std::io::Result<Trace> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Trace::open_with_limit(path, session, cap::SESSION_LIMIT_BYTES)
+    }
+
+    /// [`Trace::open`] with a session limit of `limit` bytes instead of
+    /// [`cap::SESSION_LIMIT_BYTES`].
+    ///
+    /// Errors: the file cannot be opened.
+    pub fn open_with_limit(path: &Path, session: &str, limit: u64) -> std::io::Result<Trace> {
+        let file = crate::private::file_options()
+            .create(true)
+            .append(true)
+            .open(path)?;
         let file = lock_running(file, path);
         let (tx, rx) = unbounded::<Line>();
         let writer = std::thread::Builder::new()
             .name("trace-writer".into())
             .stack_size(64 * 1024)
-            .spawn(move || write_loop(file, rx))?;
+            .spawn({
+                let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                move || write_loop(file, &dir, rx)
+            })?;
         Ok(Trace {
             inner: Arc::new(Inner {
                 session: session.to_string(),
                 tx: Mutex::new(Some(tx)),
-                seq: Mutex::new(0),
+                seq: Mutex::new((0, 0)),
                 writer: Mutex::new(Some(writer)),
                 path: path.to_path_buf(),
+                limit,
             }),
         })
     }
@@ -77,15 +105,78 @@ impl Trace {
     }
 
     /// Appends one record of `kind` for `task` (or the session when `None`) with the
-    /// given fields. Never blocks on the disk; a record sent after [`Trace::close`] is
-    /// dropped with a log line.
-    pub fn record(&self, task: Option<&str>, kind: &str, fields: Map<String, Value>) {
+    /// given fields, long strings cut as [`cap`] says. Never blocks on the disk; a
+    /// record sent after [`Trace::close`] is dropped with a log line.
+    pub fn record(&self, task: Option<&str>, kind: &str, mut fields: Map<String, Value>) {
+        // No secret of the runtime's is written, in the line or a blob (crate::secrets);
+        // masked before any cut, so no part of one is left either.
+        crate::secrets::mask_fields(&mut fields);
+        // seq is taken under the same lock as the send so lines are in seq order.
+        let mut state = self.inner.seq.lock();
+        let (seq, used) = &mut *state;
+        let over = *used >= self.inner.limit;
+        let max = if over {
+            cap::OVER_LIMIT_STRING_BYTES
+        } else {
+            cap::MAX_STRING_BYTES
+        };
+        let cuts = cap::cut_fields(&mut fields, max);
+        *seq += 1;
+        let mut blobs = Vec::new();
+        if !cuts.is_empty() {
+            let entries: Vec<Value> = cuts
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let bytes = c.full.len();
+                    let file = if over {
+                        Value::Null
+                    } else {
+                        let name = format!("blobs/{:06}-{i}.txt", *seq);
+                        blobs.push((name.clone(), c.full));
+                        Value::String(name)
+                    };
+                    serde_json::json!({"field": c.path, "bytes": bytes, "file": file})
+                })
+                .collect();
+            fields.insert("truncated".into(), Value::Array(entries));
+        }
+        let mut line = self.line(*seq, task, kind, fields);
+        *used += line.len() as u64 + blobs.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+        if !over && *used >= self.inner.limit {
+            *seq += 1;
+            let limit = self.inner.limit;
+            let note = self.line(
+                *seq,
+                None,
+                "records_limit",
+                crate::fields! {"limit_bytes" => limit, "used_bytes" => *used},
+            );
+            *used += note.len() as u64;
+            line.extend_from_slice(&note);
+        }
+        match self.inner.tx.lock().as_ref() {
+            Some(tx) => {
+                for (name, bytes) in blobs {
+                    let _ = tx.send(Line::Blob(name, bytes));
+                }
+                let _ = tx.send(Line::Line(line));
+            }
+            None => log::warn!("trace closed; dropped a {kind} record"),
+        }
+    }
+
+    /// One record as a JSON line.
+    fn line(
+        &self,
+        seq: u64,
+        task: Option<&str>,
+        kind: &str,
+        fields: Map<String, Value>,
+    ) -> Vec<u8> {
         let mut obj = Map::new();
         obj.insert("ts".into(), Value::String(now_rfc3339_ms()));
-        // seq is taken under the same lock as the send so lines are in seq order.
-        let mut seq = self.inner.seq.lock();
-        *seq += 1;
-        obj.insert("seq".into(), Value::from(*seq));
+        obj.insert("seq".into(), Value::from(seq));
         obj.insert("session".into(), Value::String(self.inner.session.clone()));
         obj.insert(
             "task".into(),
@@ -97,13 +188,7 @@ impl Trace {
         }
         let mut line = serde_json::to_vec(&Value::Object(obj)).unwrap_or_default();
         line.push(b'\n');
-        let line = crate::secrets::mask_json_line(line);
-        match self.inner.tx.lock().as_ref() {
-            Some(tx) => {
-                let _ = tx.send(Line(line));
-            }
-            None => log::warn!("trace closed; dropped a {kind} record"),
-        }
+        line
     }
 
     /// Closes the channel and waits until every record sent so far is on disk.
@@ -157,11 +242,25 @@ pub fn is_running(trace: &Path) -> bool {
     }
 }
 
-fn write_loop(file: Held, rx: crossbeam_channel::Receiver<Line>) {
+fn write_loop(file: Held, dir: &Path, rx: crossbeam_channel::Receiver<Line>) {
     let mut f = file.file();
-    for Line(bytes) in rx {
-        if let Err(e) = f.write_all(&bytes) {
-            log::error!("cannot write trace record: {e}");
+    for msg in rx {
+        match msg {
+            Line::Line(bytes) => {
+                if let Err(e) = f.write_all(&bytes) {
+                    log::error!("cannot write trace record: {e}");
+                }
+            }
+            Line::Blob(name, text) => {
+                let path = dir.join(&name);
+                let r = path
+                    .parent()
+                    .map_or(Ok(()), crate::private::create_dir_all)
+                    .and_then(|()| crate::private::write(&path, text));
+                if let Err(e) = r {
+                    log::error!("cannot write {}: {e}", path.display());
+                }
+            }
         }
     }
     let _ = file.file().sync_all();

@@ -273,7 +273,7 @@ pub fn serve(
     let logs_dir = rd.join("logs");
     let out_dir = rd.join("out");
     for d in [rd, &logs_dir, &out_dir] {
-        std::fs::create_dir_all(d).map_err(|source| SessionError::Records {
+        crate::private::create_dir_all(d).map_err(|source| SessionError::Records {
             path: d.clone(),
             source,
         })?;

@@ -139,7 +139,8 @@ impl Loop<'_> {
         };
         let result_path = out_dir.join("result.txt");
         // No secret of the runtime's lands in out/ (crate::secrets).
-        if let Err(e) = std::fs::write(&result_path, crate::secrets::mask(&result_text).as_bytes())
+        if let Err(e) =
+            crate::private::write(&result_path, crate::secrets::mask(&result_text).as_bytes())
         {
             log::error!("cannot write {}: {e}", result_path.display());
         }

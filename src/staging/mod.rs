@@ -213,8 +213,23 @@ pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
 
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
+///
+/// The capsule path is normalised first, lexically: `.` parts are dropped and each
+/// `..` removes the part before it (none above the root), so `/../../tmp/x` and
+/// `/tmp/./y/../x` both give `records/tmp/x`. The result always lies beneath
+/// `$MURMUR_HOME/records`, whatever the path holds.
 pub fn default_records_dir(home: &Path, capsule_dir: &Path, session_id: &str) -> PathBuf {
-    let rel = capsule_dir.strip_prefix("/").unwrap_or(capsule_dir);
+    use std::path::Component;
+    let mut rel = PathBuf::new();
+    for c in capsule_dir.components() {
+        match c {
+            Component::Normal(part) => rel.push(part),
+            Component::ParentDir => {
+                rel.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
     home.join("records").join(rel).join(session_id)
 }
 
@@ -361,13 +376,13 @@ pub fn stage_member(
         let path = path.to_path_buf();
         move |source| StageError::Io { path, source }
     };
-    std::fs::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
+    crate::private::create_dir_all(&runtime_dir).map_err(io(&runtime_dir))?;
     runtime::lock(&runtime_dir);
     let staged_manifest = runtime_dir.join("murmur.yaml");
-    std::fs::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
+    crate::private::write(&staged_manifest, manifest_text).map_err(io(&staged_manifest))?;
     for t in &inventory {
         let dir = runtime_dir.join("tools").join(&t.name);
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        crate::private::create_dir_all(&dir).map_err(io(&dir))?;
         let doc = ToolManifest {
             name: &t.name,
             version: "0.0.0",
@@ -380,7 +395,7 @@ pub fn stage_member(
             StageError::Other(format!("cannot write the manifest of {}: {e}", t.name))
         })?;
         let file = dir.join("murmur.yaml");
-        std::fs::write(&file, text).map_err(io(&file))?;
+        crate::private::write(&file, text).map_err(io(&file))?;
     }
     let workdir = capsule_dir.join(&m.workdir);
     let workdir = workdir

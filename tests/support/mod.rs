@@ -307,7 +307,7 @@ pub fn spawn_door(c: &Capsule) -> (std::process::Child, mur::a2a::A2aClient) {
         .arg(&c.dir)
         .args(["--listen", "127.0.0.1:0", "--records-dir"])
         .arg(&c.records)
-        .env("MURMUR_DOOR_TOKEN", "door-token")
+        .env("MURMUR_DOOR_TOKEN", "door-token-for-tests")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -317,5 +317,5 @@ pub fn spawn_door(c: &Capsule) -> (std::process::Child, mur::a2a::A2aClient) {
         .read_line(&mut line)
         .unwrap();
     let url = line.trim().strip_prefix("door: ").unwrap().to_string();
-    (child, mur::a2a::A2aClient::new(url, "door-token"))
+    (child, mur::a2a::A2aClient::new(url, "door-token-for-tests"))
 }
