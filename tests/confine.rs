@@ -460,3 +460,20 @@ fn sandbox_off_runs_unconfined_but_still_builds_the_environment() {
     assert!(!t[1].contains("OPENAI_API_KEY"), "{}", t[1]);
     assert!(t[1].contains("TERM=dumb"), "{}", t[1]);
 }
+
+#[test]
+fn a_secret_in_a_field_long_enough_to_be_cut_is_masked_in_the_line_and_the_blob() {
+    // The key straddles the 64 KiB cut of the arguments' string.
+    let pad = "x".repeat(64 * 1024 - 10);
+    let arg = format!(": {pad}{KEY}; echo ok");
+    let s = script(&[call("sh", &["-c", &arg])]);
+    let c = capsule("{allow: [sh]}", "", &s);
+    let r = run(&c, &[]);
+    assert_eq!(r.code(), 0, "{}", r.dump());
+    assert!(c.records.join("blobs").is_dir(), "no blob was written");
+    assert_eq!(files_containing(&c.records, KEY), Vec::<String>::new());
+    assert_eq!(
+        files_containing(&c.records, &KEY[..12]),
+        Vec::<String>::new()
+    );
+}
