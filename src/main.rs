@@ -95,7 +95,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                         args.capsule.display().to_string()
                     };
                     println!("{shown}: ok (capsule {})", m.name);
-                    if !m.capabilities.shell_allow.is_empty() {
+                    if args.sandbox {
                         // What the sandbox enforces here; a closed stdout is no error.
                         let plan = staging::sandbox_plan(&m);
                         let mut out = std::io::stdout().lock();

@@ -409,6 +409,14 @@ fn mur_check_prints_what_is_enforced_on_this_host() {
     let c = capsule("{allow: [cat]}", "", &script(&[]));
     let out = c.mur().arg("check").arg(&c.dir).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("sandbox:"));
+    let out = c
+        .mur()
+        .args(["check", "--sandbox"])
+        .arg(&c.dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
     let o = String::from_utf8_lossy(&out.stdout);
     assert!(o.contains("sandbox: enforced: environment: built"), "{o}");
     assert!(
