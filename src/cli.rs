@@ -318,6 +318,14 @@ pub struct CheckArgs {
     /// without starting anything.
     #[arg(long, value_name = "FILE")]
     pub roster: Option<PathBuf>,
+    /// Also print what the sandbox of the capsule's commands enforces on this host,
+    /// one line per layer (`sandbox: enforced: ...`, `sandbox: not enforced on this
+    /// host: ...`); see murmur.yaml(5), SANDBOX. Without it a layer the kernel lacks is
+    /// still named in a warning on stderr.
+    ///
+    /// $ mur check --sandbox examples/hello
+    #[arg(long, conflicts_with = "roster")]
+    pub sandbox: bool,
 }
 
 /// `mur stage`.
