@@ -161,6 +161,15 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
             _ => errors_in(&dir, &lines),
         }
     })?;
+    if !manifest.capabilities.shell_allow.is_empty() {
+        let plan = sandbox_plan(&manifest);
+        if let Some(s) = plan.shortfall() {
+            if plan.mode == crate::exec::sandbox::Mode::Required {
+                return Err(format!("{}: {s}", manifest_path.display()));
+            }
+            eprintln!("mur: warning: {}: {s}", manifest_path.display());
+        }
+    }
     for b in missing_binaries(&manifest.capabilities.shell_allow) {
         eprintln!(
             "mur: warning: {}: capabilities.shell.allow: `{b}` is not found on PATH; a call to it will fail until it is installed",
@@ -611,4 +620,50 @@ pub fn missing_binaries(allow: &[String]) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+/// What the confinement of `staged`'s commands is built from ([`crate::exec::sandbox`]):
+/// read-write the workdir, `home/` and `tmp/` in the runtime directory; read and
+/// execute the directory of each allowed binary as found on `PATH` (and of the file a
+/// symlink there points to) and each `capabilities.shell.read` path (relative ones
+/// from the capsule directory); the names of `capabilities.shell.env`.
+pub fn sandbox_spec(m: &Manifest, staged: &Staged) -> crate::exec::sandbox::Spec {
+    let c = &m.capabilities;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    let mut read: Vec<PathBuf> = Vec::new();
+    for b in &c.shell_allow {
+        let Some(found) = dirs.iter().map(|d| d.join(b)).find(|p| p.is_file()) else {
+            continue;
+        };
+        let mut add = |p: &Path| {
+            if let Some(parent) = p.parent() {
+                if !read.iter().any(|r| r == parent) {
+                    read.push(parent.to_path_buf());
+                }
+            }
+        };
+        add(&found);
+        if let Ok(real) = found.canonicalize() {
+            add(&real);
+        }
+    }
+    for p in &c.shell_read {
+        read.push(staged.capsule_dir.join(p));
+    }
+    crate::exec::sandbox::Spec {
+        mode: c.sandbox,
+        workdir: staged.workdir.clone(),
+        home: staged.runtime_dir.join("home"),
+        tmp: staged.runtime_dir.join("tmp"),
+        read,
+        env_names: c.shell_env.clone(),
+        network_allow: c.network_allow.clone(),
+    }
+}
+
+/// The sandbox plan of a capsule on this host ([`crate::exec::sandbox::Plan`]).
+pub fn sandbox_plan(m: &Manifest) -> crate::exec::sandbox::Plan {
+    let c = &m.capabilities;
+    crate::exec::sandbox::Plan::new(c.sandbox, &c.network_allow, crate::exec::sandbox::host())
 }
