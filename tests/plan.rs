@@ -344,3 +344,39 @@ fn the_deadline_cutting_a_step_skips_the_steps_not_begun() {
         .collect();
     assert_eq!(steps.len(), 1);
 }
+
+#[test]
+fn a_call_member_step_is_outstanding_work_answered_in_the_continuation() {
+    let f = support::Formation::new()
+        .roster("formation: f\nentry: lead\nmembers:\n  lead: {capsule: lead, calls: [worker]}\n  worker: {capsule: worker}\n")
+        .member(
+            "lead",
+            "capabilities:\n  network: {allow: [localhost]}\n  plan: {submit: true}\n",
+            r#"
+- tool_calls:
+    - name: submit-plan
+      input:
+        steps:
+          - {tool: call-member, input: {member: worker, task: "Count the notes."}}
+          - {tool: session-status}
+- text: "Waiting for worker."
+- text: "Worker says three."
+"#,
+        )
+        .member("worker", "", "- text: three\n");
+    let run = f.run("Ask the worker");
+    assert_eq!(run.code(), 0, "{}", run.dump());
+    assert_eq!(run.stdout(), "Worker says three.\n");
+    let lead = run.member("lead");
+    let p = lead.one("plan");
+    assert_eq!(p["ran"], 2);
+    assert_eq!(p["steps"][0]["tool"], "call-member");
+    assert_eq!(p["steps"][0]["status"], "passed");
+    let call = lead.one("member_call");
+    assert_eq!(call["member"], "worker");
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["delivered"], true);
+    let cont = lead.one("task_continued");
+    assert_eq!(cont["answers"], 1);
+    assert!(cont["text"].as_str().unwrap().contains("three"), "{cont}");
+}
