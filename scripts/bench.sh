@@ -3,7 +3,7 @@
 # spawn and cold start; background commands; call-member round trip; door vs the A2A
 # SDK server (needs the venv of scripts/venv.sh); mur trace over 100 000 records (time,
 # peak RSS); the static build's size and its door beside the glibc build's; 50 shell
-# calls with and without an allow-all on_tool_call hook.
+# calls with and without an allow-all on_tool_call hook; confined vs unconfined spawn.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MUR_TEST_VENV="$(scripts/venv.sh)"
@@ -20,3 +20,4 @@ MUR_BENCH_DOOR_BINS="glibc=target/release/mur,static=target/x86_64-unknown-linux
 cargo bench --locked --bench door_hostile
 cargo bench --locked --bench trace
 cargo bench --locked --bench hooks
+cargo bench --locked --bench confine

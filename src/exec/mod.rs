@@ -46,9 +46,11 @@
 //! its processes by ancestry ([`procs::walk`], [`procs::sweep`]), since a process can
 //! clear its environment.
 
+pub mod loopback;
 pub mod orphans;
 pub mod output;
 pub mod procs;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -293,6 +295,7 @@ pub enum SpawnError {
 pub struct Supervisor {
     session: Option<String>,
     owner: Option<Arc<str>>,
+    confinement: Option<Arc<sandbox::Confinement>>,
     commands: Mutex<BTreeMap<String, Arc<Running>>>,
     events_tx: Sender<ExitEvent>,
     events_rx: Receiver<ExitEvent>,
@@ -311,6 +314,7 @@ impl Supervisor {
         Supervisor {
             session: None,
             owner: None,
+            confinement: None,
             commands: Mutex::new(BTreeMap::new()),
             events_tx,
             events_rx,
@@ -325,6 +329,18 @@ impl Supervisor {
             owner: Some(Arc::from(session_id)),
             ..Self::new()
         }
+    }
+
+    /// This supervisor, starting every command under `confinement`: its built
+    /// environment instead of `mur`'s, and its sandbox ([`sandbox`]).
+    pub fn confined(mut self, confinement: Arc<sandbox::Confinement>) -> Self {
+        self.confinement = Some(confinement);
+        self
+    }
+
+    /// The confinement of its commands, if any.
+    pub fn confinement(&self) -> Option<&sandbox::Confinement> {
+        self.confinement.as_deref()
     }
 
     /// The channel the reapers report leader exits on, in the order observed. It is
@@ -374,7 +390,15 @@ impl Supervisor {
             .open(&log_path)
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
-        let mut cmd = StdCommand::new(binary);
+        let mut cmd = match &self.confinement {
+            Some(c) => {
+                let mut cmd = StdCommand::new(c.program(binary));
+                cmd.arg0(binary);
+                c.apply(&mut cmd);
+                cmd
+            }
+            None => StdCommand::new(binary),
+        };
         cmd.args(&argv[1..])
             .current_dir(cwd)
             .env("MURMUR_WORK_ID", &work_id)
@@ -392,7 +416,16 @@ impl Supervisor {
         // short one end) before spawn() returns, so a clock started after it would
         // read short (elapsed_secs one second low for `sleep 2` on a busy machine).
         let started = Instant::now();
-        let child = match cmd.spawn() {
+        let spawned = match &self.confinement {
+            Some(c) => c.spawn(cmd),
+            None => {
+                // The Command holds the log's descriptors: it goes before the reaper
+                // starts.
+                let mut cmd = cmd;
+                cmd.spawn()
+            }
+        };
+        let child = match spawned {
             Ok(c) => c,
             Err(source) => {
                 let _ = std::fs::remove_file(&log_path);
@@ -402,7 +435,6 @@ impl Supervisor {
                 });
             }
         };
-        drop(cmd);
         let pgid = child.id() as i32;
         // The reaper waits by pid; the std handle is not used to wait.
         drop(child);
@@ -564,41 +596,88 @@ pub(crate) struct Group {
     log: PathBuf,
 }
 
+/// What the reaper does for a group once it has let go of its locks (masking a log
+/// can take a while): the leader's exit to report, the group's end to announce.
+pub(crate) struct News {
+    state: Arc<Mutex<State>>,
+    exited_tx: Option<Sender<()>>,
+    reaped_tx: Option<Sender<()>>,
+    events: Sender<ExitEvent>,
+    work_id: String,
+    log: PathBuf,
+    exit: Option<ExitInfo>,
+}
+
 impl Group {
-    /// The leader exited: stores and broadcasts the exit (once).
-    fn leader_exited(&mut self, code: Option<i32>, signal: Option<i32>) {
-        self.report(ExitInfo {
-            code,
-            signal,
-            wait_error: None,
-        });
-    }
-
-    fn report(&mut self, mut exit: ExitInfo) {
-        if self.exited_tx.is_none() {
-            return;
-        }
-        if exit.wait_error.is_none() {
-            exit.wait_error = log_write_failure(&self.log);
-        }
-        self.state.lock().exit = Some((exit.clone(), Instant::now()));
-        drop(self.exited_tx.take());
-        let _ = self.events.send(ExitEvent {
+    fn news(&mut self, exit: Option<ExitInfo>, done: bool) -> News {
+        News {
+            state: self.state.clone(),
+            exited_tx: if exit.is_some() {
+                self.exited_tx.take()
+            } else {
+                None
+            },
+            reaped_tx: if done { self.reaped_tx.take() } else { None },
+            events: self.events.clone(),
             work_id: self.work_id.clone(),
+            log: self.log.clone(),
             exit,
-        });
+        }
     }
 
-    /// No child of `mur` is left in the group.
-    fn done(&mut self) {
+    /// The leader exited: its exit, to report once.
+    fn leader_exited(&mut self, code: Option<i32>, signal: Option<i32>) -> Option<News> {
+        self.exited_tx.as_ref()?;
+        Some(self.news(
+            Some(ExitInfo {
+                code,
+                signal,
+                wait_error: None,
+            }),
+            false,
+        ))
+    }
+
+    /// No child of `mur` is left in the group (and, had the leader's exit not been
+    /// seen, it is unknown).
+    fn done(&mut self) -> News {
         let pgid = self.pgid;
-        self.report(ExitInfo {
+        let exit = self.exited_tx.is_some().then(|| ExitInfo {
             code: None,
             signal: None,
             wait_error: Some(format!(
                 "the leader {pgid} was reaped by someone else; its exit is unknown"
             )),
         });
-        drop(self.reaped_tx.take());
+        self.news(exit, true)
+    }
+}
+
+impl News {
+    /// Reports: no secret of the runtime's stays in clear in the log (masked when the
+    /// leader exits, before anyone is told, and again when the group is gone), then the
+    /// exit is stored and broadcast, then the group's end.
+    pub(crate) fn deliver(mut self) {
+        let mask = |log: &Path| {
+            if let Err(e) = output::mask_log(log) {
+                log::warn!("cannot mask secrets in {}: {e}", log.display());
+            }
+        };
+        if let Some(mut exit) = self.exit.take() {
+            mask(&self.log);
+            if exit.wait_error.is_none() {
+                exit.wait_error = log_write_failure(&self.log);
+            }
+            self.state.lock().exit = Some((exit.clone(), Instant::now()));
+            drop(self.exited_tx.take());
+            let _ = self.events.send(ExitEvent {
+                work_id: self.work_id.clone(),
+                exit,
+            });
+        }
+        if let Some(tx) = self.reaped_tx.take() {
+            mask(&self.log);
+            drop(tx);
+        }
     }
 }

@@ -41,7 +41,7 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgid, Pid};
 
-use super::Group;
+use super::{Group, News};
 
 /// Held for reading while a command is started and its group registered, for writing
 /// while the reaper or a sweep decides and reaps.
@@ -197,55 +197,68 @@ fn run(wake: &Receiver<()>) {
 /// own child, without [`start`]).
 fn reap_pid(pid: i32, orphans: bool) -> bool {
     let pgid = getpgid(Some(Pid::from_raw(pid))).map(Pid::as_raw).ok();
-    let _gate = reap_guard();
-    let registered = pgid.is_some_and(is_tracked);
-    if !registered && !orphans {
-        return false;
-    }
-    let status = match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-        Ok(WaitStatus::StillAlive) | Err(_) => return true,
-        Ok(s) => s,
-    };
-    match pgid {
-        Some(pgid) if registered => {
-            settle(pgid, pid, &status);
+    let mut news = Vec::new();
+    {
+        let _gate = reap_guard();
+        let registered = pgid.is_some_and(is_tracked);
+        if !registered && !orphans {
+            return false;
         }
-        _ => log::debug!("reaped orphan {pid}, process group {pgid:?}"),
+        let status = match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return true,
+            Ok(s) => s,
+        };
+        match pgid {
+            Some(pgid) if registered => {
+                settle(pgid, pid, &status, &mut news);
+            }
+            _ => log::debug!("reaped orphan {pid}, process group {pgid:?}"),
+        }
+    }
+    // Told outside the locks: masking a log may take a while.
+    for n in news {
+        n.deliver();
     }
     true
 }
 
 /// Reaps what it can of every registered group, one `waitpid(-pgid, WNOHANG)` each.
 fn reap_registered() {
-    let _gate = reap_guard();
-    let pgids: Vec<i32> = groups()
-        .as_ref()
-        .map(|g| g.keys().copied().collect())
-        .unwrap_or_default();
-    for pgid in pgids {
-        loop {
-            match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(s) => {
-                    let pid = s.pid().map(Pid::as_raw).unwrap_or(0);
-                    if settle(pgid, pid, &s) {
+    let mut news = Vec::new();
+    {
+        let _gate = reap_guard();
+        let pgids: Vec<i32> = groups()
+            .as_ref()
+            .map(|g| g.keys().copied().collect())
+            .unwrap_or_default();
+        for pgid in pgids {
+            loop {
+                match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) => break,
+                    Ok(s) => {
+                        let pid = s.pid().map(Pid::as_raw).unwrap_or(0);
+                        if settle(pgid, pid, &s, &mut news) {
+                            break;
+                        }
+                    }
+                    Err(Errno::EINTR) => {}
+                    Err(_) => {
+                        finish(pgid, &mut news);
                         break;
                     }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => {
-                    finish(pgid);
-                    break;
                 }
             }
         }
     }
+    for n in news {
+        n.deliver();
+    }
 }
 
-/// Reports `status` of `pid` to group `pgid`, then reaps the group's other zombies
-/// and forgets the group once no child of `mur` is left in it. True when the group is
-/// done.
-fn settle(pgid: i32, pid: i32, status: &WaitStatus) -> bool {
+/// Notes `status` of `pid` for group `pgid` (the leader's exit goes to `news`), then
+/// reaps the group's other zombies and forgets the group once no child of `mur` is
+/// left in it. True when the group is done.
+fn settle(pgid: i32, pid: i32, status: &WaitStatus, news: &mut Vec<News>) -> bool {
     let exit = match *status {
         WaitStatus::Exited(_, code) => Some((Some(code), None)),
         WaitStatus::Signaled(_, sig, _) => Some((None, Some(sig as i32))),
@@ -255,7 +268,7 @@ fn settle(pgid: i32, pid: i32, status: &WaitStatus) -> bool {
         if let Some((code, signal)) = exit {
             let mut g = groups();
             if let Some(group) = g.as_mut().and_then(|g| g.get_mut(&pgid)) {
-                group.leader_exited(code, signal);
+                news.extend(group.leader_exited(code, signal));
             }
         }
     }
@@ -265,13 +278,13 @@ fn settle(pgid: i32, pid: i32, status: &WaitStatus) -> bool {
             Ok(s) => {
                 if s.pid().map(Pid::as_raw) == Some(pgid) {
                     if let WaitStatus::Exited(_, _) | WaitStatus::Signaled(..) = s {
-                        return settle(pgid, pgid, &s);
+                        return settle(pgid, pgid, &s, news);
                     }
                 }
             }
             Err(Errno::EINTR) => {}
             Err(_) => {
-                finish(pgid);
+                finish(pgid, news);
                 return true;
             }
         }
@@ -279,10 +292,10 @@ fn settle(pgid: i32, pid: i32, status: &WaitStatus) -> bool {
 }
 
 /// The group is done: no child of `mur` is left in it.
-fn finish(pgid: i32) {
+fn finish(pgid: i32, news: &mut Vec<News>) {
     let group = groups().as_mut().and_then(|g| g.remove(&pgid));
     if let Some(mut group) = group {
-        group.done();
+        news.push(group.done());
     }
 }
 
