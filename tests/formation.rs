@@ -59,7 +59,7 @@ fn example_formation_lead_calls_worker_and_critic_and_answers_offline() {
     );
     let ids = call_ids(&lead);
     let starts = lead.records("member_call_start");
-    assert_eq!(starts.len(), 2);
+    assert_eq!(starts.len(), 2, "{}", run.dump());
     let texts = lead.tool_texts();
     assert_eq!(
         texts[0],
