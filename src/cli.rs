@@ -35,7 +35,8 @@ pub enum Command {
     ///
     /// The task comes from --task, --task-file, or standard input when neither is
     /// given. The answer is written to stdout and to out/result.txt in the session's
-    /// records directory. Exit status: 0 completed, 1 failed or no answer, 2 usage or
+    /// records directory. Exit status: 0 completed, 1 failed, no answer or a runtime
+    /// failure (a file that cannot be written), 2 usage or
     /// manifest error, 3 deadline or ceiling, 130 interrupted.
     ///
     /// With --roster, runs a formation instead: every local member of roster.yaml is
