@@ -1105,3 +1105,71 @@ fn a_log_that_hits_the_file_size_limit_is_a_wait_error_and_status_error_despite_
     };
     assert!(at("status") < at("wait_error") && at("wait_error") < at("output"));
 }
+
+/// A panic in the session while a command runs: the command's group is killed, the
+/// task and the session end `failed`, recorded, and `mur run` exits 1.
+#[test]
+fn a_session_panic_kills_its_commands_and_fails_the_task_and_session() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo $$ > leader.pid; sleep 300\"]}}\n- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo CRASH-ME\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let output = c
+        .mur()
+        .env("MUR_DEBUG_PANIC_AFTER_TOOL", "CRASH-ME")
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    let run = Run {
+        output,
+        records: c.records.clone(),
+    };
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    assert!(
+        gone(pid_in(&c, "leader.pid")),
+        "the command outlived the panic"
+    );
+    let failed = run.one("task_failed");
+    assert_eq!(failed["error"], "test's session crashed");
+    assert_eq!(
+        failed["panic"],
+        "MUR_DEBUG_PANIC_AFTER_TOOL matched a tool result"
+    );
+    let end = run.one("task_end");
+    assert_eq!(end["exit_status"], "failed");
+    assert_eq!(end["stopped_commands"].as_array().unwrap().len(), 1);
+    let last = run.trace().last().unwrap().clone();
+    assert_eq!(last["type"], "session_end");
+    assert_eq!(last["exit_status"], "failed");
+    assert!(
+        run.stderr()
+            .contains("mur: task failed: test's session crashed"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// Whatever owns processes kills them when it goes: a supervisor dropped as its
+/// thread panics stops the group it started (TERM, then KILL after the grace).
+#[test]
+fn a_supervisor_dropped_by_a_panic_kills_its_process_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let crashed = std::thread::spawn(move || {
+        let sup = mur::exec::Supervisor::new();
+        let argv: Vec<String> = ["sh", "-c", "trap '' TERM; sleep 300"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let c = sup.spawn(&argv, &logs, &logs).expect("spawn");
+        tx.send(c.pgid).unwrap();
+        panic!("the owner of the supervisor crashed");
+    })
+    .join();
+    assert!(crashed.is_err());
+    let pgid = rx.recv().unwrap();
+    assert!(gone(pgid), "the command outlived its supervisor");
+}
