@@ -131,7 +131,7 @@ fn exit_status_section() -> String {
         ),
         (
             exit::EXIT_INTERRUPTED,
-            "Interrupted by SIGINT, SIGTERM, SIGHUP or SIGQUIT\n(SIGHUP and SIGQUIT only when not ignored at start, as under nohup);\nevery command still running was stopped and \\fIsession_end\\fR written.",
+            "Interrupted by SIGINT, SIGTERM, SIGHUP or SIGQUIT\n(SIGHUP and SIGQUIT only when not ignored at start, as under nohup);\nevery command still running was stopped and \\fIsession_end\\fR written;\nor by a second such signal during that shutdown,\nwhich kills every process group at once and exits without waiting.",
         ),
     ];
     let mut s = String::from(

@@ -205,9 +205,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let records_dir = chosen_records
         .unwrap_or_else(|| staging::default_records_dir(&home, &dir, &staged.session_id));
     supervise();
-    let shutdown = mur::signals::ShutdownHandle::new();
-    mur::signals::start(shutdown.clone())
-        .map_err(|e| runtime(format!("cannot install signal handlers: {e}")))?;
+    let shutdown = signals()?;
     log::info!(
         "session {} records in {}",
         staged.session_id,
@@ -396,9 +394,20 @@ fn print_no_answer(outcome: &session::Outcome) {
 
 fn signals() -> Result<mur::signals::ShutdownHandle, Fail> {
     let shutdown = mur::signals::ShutdownHandle::new();
-    mur::signals::start(shutdown.clone())
+    mur::signals::start(shutdown.clone(), second_signal)
         .map_err(|e| runtime(format!("cannot install signal handlers: {e}")))?;
     Ok(shutdown)
+}
+
+/// A second SIGINT/SIGTERM/SIGHUP/SIGQUIT while the shutdown of the first is under
+/// way: every process group is killed at once (no grace), and `mur` exits 130 without
+/// waiting for the session to end (no `session_end`; the runtime directory is left to
+/// the next start's sweep).
+fn second_signal(sig: i32) {
+    let killed = mur::signals::kill_every_group();
+    let name = mur::signals::name(sig).unwrap_or("signal");
+    eprintln!("mur: second {name}: killed {killed} process group(s) and process(es) at once; exiting without waiting for the shutdown");
+    std::process::exit(i32::from(mur::exit::EXIT_INTERRUPTED));
 }
 
 /// Orphaned descendants (a command's `setsid` or double-forked children) come back to

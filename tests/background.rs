@@ -1173,3 +1173,45 @@ fn a_supervisor_dropped_by_a_panic_kills_its_process_groups() {
     let pgid = rx.recv().unwrap();
     assert!(gone(pgid), "the command outlived its supervisor");
 }
+
+/// The second SIGINT/SIGTERM while the first one's shutdown is under way (here a
+/// command that ignores SIGTERM holds it up) kills every process group at once and
+/// ends `mur` with 130, saying so.
+#[test]
+fn a_second_signal_kills_every_group_at_once_and_exits_130() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"trap 'echo TERM >> got' TERM; echo $$ > leader.pid; while :; do sleep 0.1; done\"]}}\n- text: never\n";
+    let c = Capsule::scripted(&["sh"], "lifecycle:\n  shell_grace_secs: 600\n", script);
+    let child = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let leader = pid_in(&c, "leader.pid");
+    sigterm(child.id());
+    // The first signal's stop reached the command, which ignores it.
+    let got = c.dir.join("work").join("got");
+    let start = Instant::now();
+    while !got.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no TERM reached the command"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("mur: second SIGINT: killed "), "{err}");
+    assert!(gone(leader), "the command outlived the second signal");
+}
