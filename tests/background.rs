@@ -2,7 +2,7 @@
 //! status / wait / stop with their exact texts, refusals, the session's end, and the
 //! faults a supervisor must survive (spec, "background-command").
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! `mur run` end to end: the example capsule, the agent loop, shell tools,
 //! session-status, the deadline and the records.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
