@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// supervisors do: every process group of mur's commands is sent SIGKILL at once, mur
 /// says so on stderr and exits 130 without waiting (session_end may then be missing,
 /// and the runtime directory is removed by the next start). A mur started with SIGHUP
-/// or SIGQUIT ignored (nohup mur …, a background job of a non-interactive shell) keeps
+/// or SIGQUIT ignored (nohup mur ..., a background job of a non-interactive shell) keeps
 /// ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
@@ -324,6 +324,14 @@ pub struct CheckArgs {
     /// without starting anything.
     #[arg(long, value_name = "FILE")]
     pub roster: Option<PathBuf>,
+    /// Also print what the sandbox of the capsule's commands enforces on this host,
+    /// one line per layer (`sandbox: enforced: ...`, `sandbox: not enforced on this
+    /// host: ...`); see murmur.yaml(5), SANDBOX. Without it a layer the kernel lacks is
+    /// still named in a warning on stderr.
+    ///
+    /// $ mur check --sandbox examples/hello
+    #[arg(long, conflicts_with = "roster")]
+    pub sandbox: bool,
 }
 
 /// `mur stage`.

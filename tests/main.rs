@@ -5,6 +5,7 @@
 mod support;
 
 mod background;
+mod confine;
 mod door;
 mod drivers;
 mod formation;
@@ -12,5 +13,6 @@ mod hooks;
 mod inspect;
 mod manifest;
 mod newuser;
+mod plan;
 mod real_model;
 mod run;

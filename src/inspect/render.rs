@@ -39,6 +39,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "hook_run",
     "done_check",
     "keep_working",
+    "plan",
 ];
 
 /// Lines of a tool result (or a member's answer) shown without `--full`.

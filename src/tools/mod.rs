@@ -9,6 +9,7 @@ pub mod registry;
 pub mod result;
 pub mod session_status;
 pub mod shell;
+pub mod submit_plan;
 
 use serde_json::Value;
 
@@ -66,6 +67,8 @@ pub enum ToolKind {
     CallMember,
     /// end-without-answer (exactly where call-member is).
     EndWithoutAnswer,
+    /// submit-plan (`capabilities.plan.submit`).
+    SubmitPlan,
 }
 
 /// One entry of the tool inventory: what the model is offered and what staging writes

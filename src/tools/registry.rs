@@ -2,7 +2,9 @@
 //! tool up here; a new tool is one file and one row.
 
 use super::context::Tool;
-use super::{background, call_member, end_without_answer, session_status, shell, ToolKind};
+use super::{
+    background, call_member, end_without_answer, session_status, shell, submit_plan, ToolKind,
+};
 
 impl ToolKind {
     /// The tool that answers entries of this kind.
@@ -13,6 +15,7 @@ impl ToolKind {
             ToolKind::BackgroundCommand => &background::BackgroundCommand,
             ToolKind::CallMember => &call_member::CallMember,
             ToolKind::EndWithoutAnswer => &end_without_answer::EndWithoutAnswer,
+            ToolKind::SubmitPlan => &submit_plan::SubmitPlan,
         }
     }
 }
