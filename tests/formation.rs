@@ -1,7 +1,7 @@
 //! Formations end to end with the real binary: `mur run --roster`, call-member,
 //! end-without-answer, busy re-offers, peers that misbehave, `mur door`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -26,7 +26,7 @@ use crate::manifest::{AfterTask, Credential};
 use crate::progress::Progress;
 use crate::session::{self, MemberRole, Outcome, SessionEnd, SessionSpec};
 use crate::signals::ShutdownHandle;
-use crate::staging::{self, Loaded};
+use crate::staging::{self, Loaded, StageError};
 
 /// The default door address of `mur door`: `127.0.0.1:7431`.
 pub const DEFAULT_DOOR_LISTEN: &str = "127.0.0.1:7431";
@@ -43,6 +43,28 @@ pub enum LaunchError {
     /// Something failed at run time (exit status 1).
     #[error("{0}")]
     Runtime(String),
+    /// A capsule could not be staged (`member`: the formation member's); the exit
+    /// status is the cause's ([`StageError::code`]): 1 for a file that cannot be
+    /// written, 2 for a capsule this build cannot stage.
+    #[error("{}{source}", member.as_deref().map(|m| format!("member `{m}`: ")).unwrap_or_default())]
+    Stage {
+        /// The formation member, `None` for `mur run`/`mur door` of one capsule.
+        member: Option<String>,
+        /// The cause.
+        source: StageError,
+    },
+}
+
+impl LaunchError {
+    /// The exit code of `mur` for this error, decided here and nowhere else
+    /// ([`crate::exit`]): `Usage` 2, `Runtime` 1, `Stage` its cause's.
+    pub fn code(&self) -> u8 {
+        match self {
+            LaunchError::Usage(_) => crate::exit::EXIT_USAGE,
+            LaunchError::Runtime(_) => crate::exit::EXIT_FAILED,
+            LaunchError::Stage { source, .. } => source.code(),
+        }
+    }
 }
 
 /// What `mur run --roster` was given, validated.
@@ -332,7 +354,10 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
         let system_prompt = staging::system_prompt(&p.loaded.dir, m)
             .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
         let staged = staging::stage_member(&home, &p.loaded.dir, &p.loaded.text, m, &p.callees)
-            .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
+            .map_err(|source| LaunchError::Stage {
+                member: Some(p.name.clone()),
+                source,
+            })?;
         runtime_dirs.hold(&staged.runtime_dir);
         let records_dir = match &opts.records_dir {
             Some(d) => d.join(&p.name),
@@ -463,8 +488,12 @@ pub fn run_door(
         .transpose()
         .map_err(LaunchError::Usage)?;
     let home = staging::murmur_home();
-    let staged = staging::stage(&home, &loaded.dir, &loaded.text, m)
-        .map_err(|e| LaunchError::Usage(e.to_string()))?;
+    let staged = staging::stage(&home, &loaded.dir, &loaded.text, m).map_err(|source| {
+        LaunchError::Stage {
+            member: None,
+            source,
+        }
+    })?;
     let mut runtime_dirs = staging::RuntimeDirs::default();
     runtime_dirs.hold(&staged.runtime_dir);
     let records_dir = records_dir

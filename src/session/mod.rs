@@ -268,6 +268,14 @@ enum Stop {
     Interrupted,
 }
 
+/// The text of a caught panic's payload (`panic!` with a message or a format string).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// Runs one task (from the command line) in a staged session and writes every record;
 /// stops every command still running on the way out, whatever the way out is.
 ///
@@ -449,7 +457,19 @@ pub fn serve(
                 }
             }
         }
-        let outcome = lp.run_one(inc, &out_dir);
+        // A panic in the task is a failed task and the session's end, both recorded;
+        // its commands are stopped on the way out.
+        let task_id = inc.id.clone();
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.run_one(inc, &out_dir)));
+        let outcome = match run {
+            Ok(o) => o,
+            Err(p) => {
+                let why = panic_message(p.as_ref());
+                outcomes.push(lp.crashed(&task_id, &why));
+                break;
+            }
+        };
         outcomes.push(outcome);
         if after_task == AfterTask::Exit || lp.deadline.as_ref().is_some_and(|d| d.passed()) {
             break;

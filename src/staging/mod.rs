@@ -67,6 +67,21 @@ pub enum StageError {
     },
 }
 
+impl StageError {
+    /// The exit code of `mur` for this error ([`crate::exit`]): a file that cannot be
+    /// written (an unwritable `$MURMUR_HOME`, a full disk) is a runtime failure,
+    /// [`EXIT_FAILED`](crate::exit::EXIT_FAILED); everything else is the capsule's
+    /// fault, [`EXIT_USAGE`](crate::exit::EXIT_USAGE).
+    pub fn code(&self) -> u8 {
+        match self {
+            StageError::Io { .. } => crate::exit::EXIT_FAILED,
+            StageError::Reserved { .. } | StageError::Unsupported { .. } | StageError::Other(_) => {
+                crate::exit::EXIT_USAGE
+            }
+        }
+    }
+}
+
 /// `$MURMUR_HOME`, or `~/.murmur` when unset.
 /// Made absolute against the current directory, so every path a model or record
 /// shows is absolute.
