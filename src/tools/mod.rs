@@ -5,6 +5,7 @@ pub mod background;
 pub mod call_member;
 pub mod context;
 pub mod end_without_answer;
+pub mod peer_file;
 pub mod registry;
 pub mod result;
 pub mod session_status;
