@@ -68,6 +68,10 @@ impl tools::Session for Loop<'_> {
         self.place_member_call(member, task)
     }
 
+    fn peer_files(&self) -> Option<&tools::peer_file::PeerFiles> {
+        self.spec.peer_files.as_ref()
+    }
+
     fn measure_status(&self) -> Value {
         let inf = self.spec.manifest.inference.as_ref();
         status::measure(&status::Inputs {

@@ -104,6 +104,11 @@ pub trait Session {
     fn place_call(&mut self, member: &str, task: String) -> Placed;
     /// The session-status object, measured now (spec, "session-status").
     fn measure_status(&self) -> Value;
+    /// The session's peer-file side (share-file, fetch-peer-file); `None` (the
+    /// default) when it has none.
+    fn peer_files(&self) -> Option<&super::peer_file::PeerFiles> {
+        None
+    }
 }
 
 /// A tool's answer: the result the model is given and the records the session writes

@@ -365,7 +365,7 @@ pub struct Shared {
 pub struct HandleStore {
     tag: String,
     member: String,
-    dir: PathBuf,
+    dir: Mutex<PathBuf>,
     max_handles: usize,
     issued: Mutex<std::collections::HashMap<String, Issued>>,
 }
@@ -377,10 +377,16 @@ impl HandleStore {
         HandleStore {
             tag,
             member,
-            dir,
+            dir: Mutex::new(dir),
             max_handles,
             issued: Mutex::new(Default::default()),
         }
+    }
+
+    /// Moves where later snapshots are kept (a formation knows a member's records
+    /// directory only once it is staged, after its door started).
+    pub fn set_dir(&self, dir: PathBuf) {
+        *self.dir.lock() = dir;
     }
 
     /// share-file: opens `rel` beneath `root` (see [`open_beneath`]), snapshots it
@@ -399,15 +405,16 @@ impl HandleStore {
         }
         let (file, size) = open_beneath(root, &comps)
             .map_err(|e| format!("'share-file' cannot share `{}`: {e}", rel.escape_debug()))?;
-        std::fs::create_dir_all(&self.dir)
+        let dir = self.dir.lock().clone();
+        std::fs::create_dir_all(&dir)
             .map_err(|e| format!("'share-file' cannot create the snapshot directory: {e}"))?;
-        let (tmp, size, sha) = snapshot(&file, size, max, &self.dir)
+        let (tmp, size, sha) = snapshot(&file, size, max, &dir)
             .map_err(|e| format!("'share-file' cannot share `{}`: {e}", rel.escape_debug()))?;
         let id = format!("pf{}", ulid::Ulid::new().to_string().to_lowercase());
         let mut secret = [0u8; 32];
         rand::Rng::fill(&mut rand::rngs::OsRng, &mut secret);
         let secret = hex(&secret);
-        let path = self.dir.join(&id);
+        let path = dir.join(&id);
         let file = tmp
             .persist_noclobber(&path)
             .map_err(|e| format!("'share-file' cannot keep the snapshot: {}", e.error))?;
@@ -457,6 +464,78 @@ impl FileSource for HandleStore {
             file: i.file.clone(),
             size: i.size,
         })
+    }
+}
+
+/// A door a session may fetch peer files from: a formation member's, or a remote
+/// `mur door` the roster names.
+#[derive(Clone)]
+pub struct PeerDoor {
+    /// The member's roster name.
+    pub member: String,
+    /// The door's base URL (never shown to the model).
+    pub url: String,
+    /// The bearer token for it (never shown to the model).
+    pub token: String,
+    /// [`formation_tag`] of `token`: the tag of the handles that door mints.
+    pub tag: String,
+}
+
+/// A session's peer-file side: what share-file mints into and where fetch-peer-file
+/// may fetch from. Built by the formation launch (or `mur door`); `None` in a plain
+/// `mur run`.
+#[derive(Clone, Default)]
+pub struct PeerFiles {
+    /// The store share-file mints into, when `exports.peer_files` is declared; the
+    /// session's door serves it.
+    pub store: Option<Arc<HandleStore>>,
+    /// `exports.peer_files` as declared: the export root, relative to the workdir.
+    pub export_root: PathBuf,
+    /// The doors fetch-peer-file may redeem handles at, when
+    /// `capabilities.peer_fetch` is granted.
+    pub doors: Vec<PeerDoor>,
+    /// The largest file either tool handles, in bytes ([`DEFAULT_MAX_FILE_BYTES`]).
+    pub max_file_bytes: u64,
+    /// `capabilities.network.allow`: a door is fetched from only when it lists the
+    /// door's host (`localhost` for a loopback door), as for call-member.
+    pub network_allow: Vec<String>,
+}
+
+impl PeerFiles {
+    /// The egress check of `door` (W-RUN-008 when `network_allow` does not list its
+    /// host): `Err` with the refusal.
+    ///
+    /// # Errors
+    ///
+    /// The refusal text, naming what to add to `capabilities.network.allow`.
+    pub fn egress(&self, door: &PeerDoor) -> Result<(), String> {
+        let host = door
+            .url
+            .parse::<ureq::http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_string))
+            .unwrap_or_default();
+        let h = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = h == "localhost"
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        let need = if loopback { "localhost" } else { h };
+        if self.network_allow.iter().any(|a| a == need) {
+            Ok(())
+        } else {
+            Err(format!("W-RUN-008: capabilities.network.allow does not list {need}, so {}'s door cannot be reached from this capsule; nothing was fetched", door.member))
+        }
+    }
+
+    /// The door that minted `h`: the one whose token has the handle's tag, its roster
+    /// name equal to the handle's member when several share the tag (the formation's
+    /// own members all do).
+    pub fn door_of(&self, h: &Handle) -> Option<&PeerDoor> {
+        let same: Vec<&PeerDoor> = self.doors.iter().filter(|d| d.tag == h.tag).collect();
+        same.iter()
+            .find(|d| d.member == h.member)
+            .copied()
+            .or_else(|| (same.len() == 1).then(|| same[0]))
     }
 }
 
@@ -1041,5 +1120,216 @@ mod tests {
             .unwrap()
             .flatten()
             .all(|e| !e.file_name().to_string_lossy().starts_with(".mur-fetch-")));
+    }
+
+    /// A door whose handler serves `store`'s files and refuses every task.
+    struct FilesOnly(Arc<HandleStore>);
+    impl crate::door::TaskHandler for FilesOnly {
+        fn submit(&self, _m: crate::a2a::types::Message) -> crate::a2a::types::Task {
+            crate::a2a::types::Task {
+                id: "t".into(),
+                context_id: "t".into(),
+                status: crate::a2a::types::TaskStatus::now(crate::a2a::types::TaskState::Rejected),
+                artifacts: Vec::new(),
+                history: Vec::new(),
+                metadata: None,
+            }
+        }
+        fn get(&self, _id: &str) -> Option<crate::a2a::types::Task> {
+            None
+        }
+        fn cancel(&self, _id: &str) -> Result<crate::a2a::types::Task, crate::door::CancelError> {
+            Err(crate::door::CancelError::NotFound)
+        }
+        fn wait_terminal(
+            &self,
+            _id: &str,
+            _t: std::time::Duration,
+        ) -> Option<crate::a2a::types::Task> {
+            None
+        }
+        fn card(&self) -> crate::a2a::types::AgentCard {
+            crate::a2a::types::AgentCard::new("alice", "files")
+        }
+        fn files(&self) -> Option<&dyn FileSource> {
+            Some(&*self.0)
+        }
+    }
+
+    const T: std::time::Duration = std::time::Duration::from_secs(20);
+
+    #[test]
+    fn a_handle_is_fetched_over_the_door_in_chunks_and_only_with_token_and_secret() {
+        let f = fx();
+        // Over one chunk, so the fetch takes several ranges.
+        let big: Vec<u8> = (0..(CHUNK_BYTES as usize * 2 + 12345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(f.root.join("big.bin"), &big).unwrap();
+        let store = Arc::new(f.store);
+        let shared = store.share(&f.root, "big.bin", 1 << 30).unwrap();
+        let door = crate::door::Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "tok".into(),
+            Arc::new(FilesOnly(store.clone())),
+            crate::door::DoorLimits::default(),
+        )
+        .unwrap();
+        let h = Handle::parse(&shared.handle.text()).unwrap();
+        let got = store_fetched(
+            &f.work,
+            "copy.bin",
+            false,
+            h.size,
+            &h.sha256,
+            1 << 30,
+            DoorReader::new(&door.url(), "tok", &h, T),
+        )
+        .unwrap();
+        assert_eq!(got.size, big.len() as u64);
+        assert_eq!(std::fs::read(f.work.join("copy.bin")).unwrap(), big);
+
+        let before = tree(&f.top);
+        // Another formation's token: the door refuses it.
+        let e = store_fetched(
+            &f.work,
+            "x.bin",
+            false,
+            h.size,
+            &h.sha256,
+            1 << 30,
+            DoorReader::new(&door.url(), "other", &h, T),
+        )
+        .unwrap_err();
+        assert!(e.contains("the handle is from another formation"), "{e}");
+        // A forged secret or id: the door knows no such handle.
+        for forged in [
+            Handle {
+                secret: "0".repeat(64),
+                ..h.clone()
+            },
+            Handle {
+                id: format!("pf{}", "0".repeat(26)),
+                ..h.clone()
+            },
+        ] {
+            let e = store_fetched(
+                &f.work,
+                "x.bin",
+                false,
+                forged.size,
+                &forged.sha256,
+                1 << 30,
+                DoorReader::new(&door.url(), "tok", &forged, T),
+            )
+            .unwrap_err();
+            assert!(e.contains("does not know this handle"), "{e}");
+        }
+        // A handle whose size or hash was altered: the bytes do not match it.
+        let e = store_fetched(
+            &f.work,
+            "x.bin",
+            false,
+            h.size - 1,
+            &h.sha256,
+            1 << 30,
+            DoorReader::new(
+                &door.url(),
+                "tok",
+                &Handle {
+                    size: h.size - 1,
+                    ..h.clone()
+                },
+                T,
+            ),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("does not fit the handle") || e.contains("sent more"),
+            "{e}"
+        );
+        let e = store_fetched(
+            &f.work,
+            "x.bin",
+            false,
+            h.size,
+            &"0".repeat(64),
+            1 << 30,
+            DoorReader::new(&door.url(), "tok", &h, T),
+        )
+        .unwrap_err();
+        assert!(e.contains("do not have the sha256"), "{e}");
+        assert_eq!(tree(&f.top), before, "nothing changed");
+        door.shutdown();
+    }
+
+    /// A fake door answering every request with `answer`.
+    fn fake_door(answer: Vec<u8>) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&answer);
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_door_sending_more_or_other_bytes_than_the_handle_names_leaves_nothing() {
+        let f = fx();
+        let h = Handle {
+            tag: formation_tag("tok"),
+            member: "alice".into(),
+            id: format!("pf{}", "a".repeat(26)),
+            size: 4,
+            sha256: sha_hex(b"data"),
+            secret: "1".repeat(64),
+        };
+        let before = tree(&f.top);
+        let more = fake_door(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\ndata-more".to_vec(),
+        );
+        let e = store_fetched(
+            &f.work,
+            "x",
+            false,
+            4,
+            &h.sha256,
+            100,
+            DoorReader::new(&more, "tok", &h, T),
+        )
+        .unwrap_err();
+        assert!(e.contains("sent more than the 4 bytes"), "{e}");
+        let other = fake_door(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nDATA".to_vec(),
+        );
+        let e = store_fetched(
+            &f.work,
+            "x",
+            false,
+            4,
+            &h.sha256,
+            100,
+            DoorReader::new(&other, "tok", &h, T),
+        )
+        .unwrap_err();
+        assert!(e.contains("do not have the sha256"), "{e}");
+        let range = fake_door(b"HTTP/1.1 206 Partial\r\nContent-Range: bytes 0-3/99\r\nContent-Length: 4\r\nConnection: close\r\n\r\ndata".to_vec());
+        let e = store_fetched(
+            &f.work,
+            "x",
+            false,
+            4,
+            &h.sha256,
+            100,
+            DoorReader::new(&range, "tok", &h, T),
+        )
+        .unwrap_err();
+        assert!(e.contains("does not fit the handle"), "{e}");
+        assert_eq!(tree(&f.top), before, "nothing changed");
     }
 }
