@@ -169,7 +169,7 @@ pub fn check_share_path(rel: &str) -> Result<Vec<&str>, String> {
         return Err(format!("'share-file' cannot share `{shown}`: the path is absolute; give it relative to the export root"));
     }
     let comps: Vec<&str> = rel.split('/').collect();
-    if comps.iter().any(|c| *c == "..") {
+    if comps.contains(&"..") {
         return Err(format!("'share-file' cannot share `{shown}`: `..` is not allowed in the path; give a path below the export root"));
     }
     if comps.iter().any(|c| c.is_empty() || *c == ".") {
@@ -944,7 +944,7 @@ mod tests {
         let f = fx();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &f.root.join("fifo"),
+            f.root.join("fifo"),
             rustix::fs::FileType::Fifo,
             Mode::from_raw_mode(0o600),
             0,
