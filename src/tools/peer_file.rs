@@ -1332,4 +1332,59 @@ mod tests {
         assert!(e.contains("does not fit the handle"), "{e}");
         assert_eq!(tree(&f.top), before, "nothing changed");
     }
+
+    /// One raw request to `addr`: the status line's code and the headers.
+    fn raw(addr: std::net::SocketAddr, req: &str) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let code = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (code, text)
+    }
+
+    #[test]
+    fn the_endpoint_wants_the_token_then_the_secret_and_only_get() {
+        let f = fx();
+        let store = Arc::new(f.store);
+        let h = store.share(&f.root, "a.txt", 100).unwrap().handle;
+        let door = crate::door::Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "tok".into(),
+            Arc::new(FilesOnly(store.clone())),
+            crate::door::DoorLimits::default(),
+        )
+        .unwrap();
+        let a = door.local_addr();
+        let path = format!("/peer-files/{}", h.id);
+        let (c, t) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 401, "{t}");
+        assert!(!t.contains("hello"));
+        let (c, _) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer other\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 401);
+        let (c, t) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer tok\r\nX-Mur-Handle-Secret: {}\r\n\r\n", "f".repeat(64)));
+        assert_eq!(c, 404, "{t}");
+        let (c, t) = raw(a, &format!("GET /peer-files/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer tok\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 404, "{t}");
+        let (c, t) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer tok\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 200, "{t}");
+        assert!(t.ends_with("\r\n\r\nhello"), "{t}");
+        let (c, t) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer tok\r\nRange: bytes=1-2\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 206, "{t}");
+        assert!(
+            t.contains("Content-Range: bytes 1-2/5") && t.ends_with("\r\n\r\nel"),
+            "{t}"
+        );
+        let (c, t) = raw(a, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer tok\r\nRange: bytes=5-\r\nX-Mur-Handle-Secret: {}\r\n\r\n", h.secret));
+        assert_eq!(c, 416, "{t}");
+        assert!(t.contains("Content-Range: bytes */5"), "{t}");
+        let (c, _) = raw(a, &format!("POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\nAuthorization: Bearer tok\r\n\r\n"));
+        assert_eq!(c, 405);
+        door.shutdown();
+    }
 }
