@@ -85,7 +85,7 @@ _mur() {
             return 0
             ;;
         mur__subcmd__check)
-            opts="-h -V --roster --help --version"
+            opts="-h -V --roster --sandbox --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -52,6 +52,7 @@ complete -c mur -n "__fish_mur_using_subcommand door" -l keep-runtime -d 'Keep t
 complete -c mur -n "__fish_mur_using_subcommand door" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand door" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand check" -l roster -d 'Check a formation instead: the roster.yaml and every local member\'s capsule, without starting anything' -r -F
+complete -c mur -n "__fish_mur_using_subcommand check" -l sandbox -d 'Also print what the sandbox of the capsule\'s commands enforces on this host, one line per layer (`sandbox: enforced: ...`, `sandbox: not enforced on this host: ...`); see murmur.yaml(5), SANDBOX. Without it a layer the kernel lacks is still named in a warning on stderr'
 complete -c mur -n "__fish_mur_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mur -n "__fish_mur_using_subcommand check" -s V -l version -d 'Print version'
 complete -c mur -n "__fish_mur_using_subcommand stage" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -2,8 +2,9 @@
 # Prints mur's benchmark figures (ratios side by side in one run): shell tool vs raw
 # spawn and cold start; background commands; call-member round trip; door vs the A2A
 # SDK server (needs the venv of scripts/venv.sh); mur trace over 100 000 records (time,
-# peak RSS); 50 shell calls with and without an allow-all on_tool_call hook; a 256 MiB
-# peer-file handoff over a door vs cp (ratio, peak RSS).
+# peak RSS); 50 shell calls with and without an allow-all on_tool_call hook;
+# confined vs unconfined spawn; a 256 MiB peer-file handoff over a door vs cp (ratio,
+# peak RSS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MUR_TEST_VENV="$(scripts/venv.sh)"
@@ -16,3 +17,4 @@ cargo bench --locked --bench door_hostile
 cargo bench --locked --bench trace
 cargo bench --locked --bench hooks
 cargo bench --locked --bench peer_files
+cargo bench --locked --bench confine

@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
 /// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
 /// (SIGTERM to its process group, SIGKILL 2 s later), session_end is written and the
-/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur …, a
+/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur ..., a
 /// background job of a non-interactive shell) keeps ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
@@ -318,6 +318,14 @@ pub struct CheckArgs {
     /// without starting anything.
     #[arg(long, value_name = "FILE")]
     pub roster: Option<PathBuf>,
+    /// Also print what the sandbox of the capsule's commands enforces on this host,
+    /// one line per layer (`sandbox: enforced: ...`, `sandbox: not enforced on this
+    /// host: ...`); see murmur.yaml(5), SANDBOX. Without it a layer the kernel lacks is
+    /// still named in a warning on stderr.
+    ///
+    /// $ mur check --sandbox examples/hello
+    #[arg(long, conflicts_with = "roster")]
+    pub sandbox: bool,
 }
 
 /// `mur stage`.

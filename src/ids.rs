@@ -1,5 +1,5 @@
 //! Identifiers: session `ses_…`, task `tsk_…` (a ULID, 26 lowercase Crockford base32
-//! characters), work id `wrk_<32 hex>`, call id `mcl_…`, delegation id `dlg_…`.
+//! characters), work id `wrk_<32 hex>`, call id `mcl_…`, delegation id `dlg_…`, plan id `pln_…`.
 
 /// A new session id, `ses_` + a lowercase ULID.
 pub fn session_id() -> String {
@@ -14,6 +14,11 @@ pub fn task_id() -> String {
 /// A new member call id, `mcl_` + a lowercase ULID.
 pub fn call_id() -> String {
     format!("mcl_{}", ulid::Ulid::new().to_string().to_lowercase())
+}
+
+/// A new plan id, `pln_` + a lowercase ULID.
+pub fn plan_id() -> String {
+    format!("pln_{}", ulid::Ulid::new().to_string().to_lowercase())
 }
 
 /// A new work id, `wrk_` + 32 lowercase hex digits (a ULID's 128 bits, so ids sort by

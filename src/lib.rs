@@ -21,6 +21,7 @@ pub mod net;
 pub mod private;
 pub mod progress;
 pub mod records;
+pub mod secrets;
 pub mod session;
 pub mod signals;
 pub mod staging;

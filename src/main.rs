@@ -51,6 +51,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, Fail> {
+    mur::exec::sandbox::harden_self();
+    // The door token is a secret wherever mur finds it (masked in every record).
+    if let Ok(t) = std::env::var("MURMUR_DOOR_TOKEN") {
+        mur::secrets::register(&t);
+    }
     match cli.command {
         Command::Run(args) if args.roster.is_some() => run_roster(args),
         Command::Run(args) => run_capsule(args),
@@ -90,6 +95,17 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                         args.capsule.display().to_string()
                     };
                     println!("{shown}: ok (capsule {})", m.name);
+                    if args.sandbox {
+                        // What the sandbox enforces here; a closed stdout is no error.
+                        let plan = staging::sandbox_plan(&m);
+                        let mut out = std::io::stdout().lock();
+                        for line in &plan.enforced {
+                            let _ = writeln!(out, "sandbox: enforced: {line}");
+                        }
+                        for line in &plan.missing {
+                            let _ = writeln!(out, "sandbox: not enforced on this host: {line}");
+                        }
+                    }
                     Ok(0)
                 }
             }
@@ -514,6 +530,7 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
         std::env::var("MURMUR_DOOR_TOKEN").ok(),
     )
     .map_err(usage)?;
+    mur::secrets::register(&token);
     let records_dir = match &args.records_dir {
         Some(d) => Some(std::path::absolute(d).map_err(|e| usage(format!("--records-dir: {e}")))?),
         None => None,

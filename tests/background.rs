@@ -595,7 +595,7 @@ fn a_command_writing_1_gib_keeps_memory_flat_and_the_log_holds_it_all() {
     - {name: sh, input: {args: ["-c", "grep VmHWM /proc/$PPID/status"]}}
 - text: done
 "#;
-    let c = Capsule::scripted(&["sh"], "", script);
+    let c = with_proc(&["sh"], "", script);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let t = run.tool_texts();
@@ -647,7 +647,7 @@ fn two_hundred_short_commands_leave_no_zombie() {
         script.push_str("    - {name: \"true\"}\n");
     }
     script.push_str("    - {name: sh, input: {args: [\"-c\", \"cat /proc/$PPID/task/*/children; echo; echo $$\"]}}\n- text: done\n");
-    let c = Capsule::scripted(&["\"true\"", "sh"], GRACE, &script);
+    let c = with_proc(&["\"true\"", "sh"], GRACE, &script);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let t = run.tool_texts();
@@ -1035,12 +1035,14 @@ fn a_stop_that_cannot_reach_a_command_that_left_its_group_says_so() {
     // The command moves itself into mur's own process group.
     let script = r#"
 - tool_calls:
-    - {id: pg, name: python3, input: {args: ["-c", "import os,time; os.setpgid(0, os.getpgid(os.getppid())); open('moved.pid','w').write(str(os.getpid())); time.sleep(60)"]}}
+    - {id: pg, name: perl, input: {args: ["-e", "setpgrp(0, getpgrp(getppid())) or die; open(my $f, '>', 'moved.pid') or die; print $f $$; close $f; sleep 60"]}}
 - tool_calls:
     - {name: background-command, input: {operation: stop, work_id: "${result.pg.work_id}"}}
 - text: done
 "#;
-    let c = Capsule::scripted(&["python3"], GRACE, script);
+    // perl, not python3: a python3 found through a version manager's shim lives
+    // outside the paths the sandbox lets a command read.
+    let c = Capsule::scripted(&["perl"], GRACE, script);
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 0, "{}", run.dump());
     let t = &run.tool_texts()[1];
@@ -1104,4 +1106,14 @@ fn a_log_that_hits_the_file_size_limit_is_a_wait_error_and_status_error_despite_
             .unwrap()
     };
     assert!(at("status") < at("wait_error") && at("wait_error") < at("output"));
+}
+
+/// A script-driver capsule like [`Capsule::scripted`] whose commands may also read
+/// `/proc` (the sandbox leaves it out by default), for commands that look at `mur`.
+fn with_proc(shell: &[&str], extra: &str, script: &str) -> Capsule {
+    let m = format!(
+        "name: test\nworkdir: work\ninference:\n  driver: s\n  choices:\n    s: {{driver: script, script: replies.yaml}}\ncapabilities:\n  shell:\n    allow: [{}]\n    read: [/proc]\n{extra}",
+        shell.join(", ")
+    );
+    Capsule::new().manifest(&m).file("replies.yaml", script)
 }

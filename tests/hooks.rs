@@ -840,3 +840,36 @@ fn mur_trace_knows_the_records_of_hooks_and_attempts() {
     }
     assert!(!text.contains("unknown record type"), "{text}");
 }
+
+#[test]
+fn hooks_and_done_check_get_the_built_environment_without_the_runtimes_secrets() {
+    let c = Capsule::scripted(
+        &["sh"],
+        "hooks:\n  on_tool_call:\n    - {command: [hooks/h]}\nlifecycle:\n  done_check: {command: [./check.sh], limit: 0}\n",
+        STATUS_THEN_ANSWER,
+    );
+    exe(
+        &c.dir,
+        "hooks/h",
+        "#!/bin/sh\nenv > hook.env\ncat >/dev/null\necho '{\"decision\": \"allow\"}'\n",
+    );
+    exe(&c.dir, "work/check.sh", "#!/bin/sh\nenv > check.env\n");
+    let out = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .env("OPENAI_API_KEY", "sk-never-for-a-hook-0123456789")
+        .env("MURMUR_DOOR_TOKEN", "door-token-never-for-a-hook-0123")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for f in ["work/hook.env", "work/check.env"] {
+        let env = std::fs::read_to_string(c.dir.join(f)).unwrap();
+        assert!(!env.contains("never-for-a-hook"), "{f}: {env}");
+        assert!(env.lines().any(|l| l.starts_with("PATH=")), "{f}: {env}");
+        assert!(env.lines().any(|l| l == "TERM=dumb"), "{f}: {env}");
+    }
+}

@@ -168,6 +168,7 @@ fn full_manifest_parses_to_the_expected_struct() {
                 from: vec!["stores".into(), "sources".into()],
             }),
             network_allow: vec!["localhost".into(), "api.example.com".into()],
+            ..Default::default()
         },
         exports: Exports {
             peer_files: Some(PathBuf::from("out")),

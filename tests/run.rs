@@ -125,15 +125,14 @@ fn reserved_artifact_names_are_refused_with_e_cap_013() {
 fn grants_of_tools_this_build_lacks_are_refused_at_staging_naming_them() {
     let c = Capsule::scripted(
         &[],
-        "capabilities:\n  plan: {submit: true}\n",
+        "control:\n  agent_settings: [inference.driver]\n",
         "- text: hi\n",
     );
-    // scripted() wrote no capabilities block for an empty allowlist, so this is the only one
     let run = c.run("t", &[]);
     assert_eq!(run.code(), 2, "{}", run.dump());
     assert!(
         run.stderr()
-            .contains("capabilities.plan.submit grants `submit-plan`"),
+            .contains("control.agent_settings: [inference.driver] grants `switch-driver`"),
         "{}",
         run.stderr()
     );

@@ -44,9 +44,11 @@
 //! (`setsid`, double fork) keeps them, so the session's end can name it
 //! ([`procs::sweep`]).
 
+pub mod loopback;
 pub mod orphans;
 pub mod output;
 pub mod procs;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -294,6 +296,7 @@ pub enum SpawnError {
 /// Starts and tracks a session's commands; stops every one still running at the end.
 pub struct Supervisor {
     session: Option<String>,
+    confinement: Option<Arc<sandbox::Confinement>>,
     commands: Mutex<BTreeMap<String, Arc<Running>>>,
     events_tx: Sender<ExitEvent>,
     events_rx: Receiver<ExitEvent>,
@@ -311,6 +314,7 @@ impl Supervisor {
         let (events_tx, events_rx) = unbounded();
         Supervisor {
             session: None,
+            confinement: None,
             commands: Mutex::new(BTreeMap::new()),
             events_tx,
             events_rx,
@@ -324,6 +328,18 @@ impl Supervisor {
             session: Some(session_id.to_string()),
             ..Self::new()
         }
+    }
+
+    /// This supervisor, starting every command under `confinement`: its built
+    /// environment instead of `mur`'s, and its sandbox ([`sandbox`]).
+    pub fn confined(mut self, confinement: Arc<sandbox::Confinement>) -> Self {
+        self.confinement = Some(confinement);
+        self
+    }
+
+    /// The confinement of its commands, if any.
+    pub fn confinement(&self) -> Option<&sandbox::Confinement> {
+        self.confinement.as_deref()
     }
 
     /// The channel the reapers report leader exits on, in the order observed. It is
@@ -373,7 +389,15 @@ impl Supervisor {
             .open(&log_path)
             .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
-        let mut cmd = StdCommand::new(binary);
+        let mut cmd = match &self.confinement {
+            Some(c) => {
+                let mut cmd = StdCommand::new(c.program(binary));
+                cmd.arg0(binary);
+                c.apply(&mut cmd);
+                cmd
+            }
+            None => StdCommand::new(binary),
+        };
         cmd.args(&argv[1..])
             .current_dir(cwd)
             .env("MURMUR_WORK_ID", &work_id)
@@ -391,7 +415,16 @@ impl Supervisor {
         // short one end) before spawn() returns, so a clock started after it would
         // read short (elapsed_secs one second low for `sleep 2` on a busy machine).
         let started = Instant::now();
-        let child = match cmd.spawn() {
+        let spawned = match &self.confinement {
+            Some(c) => c.spawn(cmd),
+            None => {
+                // The Command holds the log's descriptors: it goes before the reaper
+                // starts.
+                let mut cmd = cmd;
+                cmd.spawn()
+            }
+        };
+        let child = match spawned {
             Ok(c) => c,
             Err(source) => {
                 let _ = std::fs::remove_file(&log_path);
@@ -401,7 +434,6 @@ impl Supervisor {
                 });
             }
         };
-        drop(cmd);
         let pgid = child.id() as i32;
         orphans::track(pgid);
         drop(gate);
@@ -553,6 +585,7 @@ pub fn log_write_failure(log: &Path) -> Option<String> {
 }
 
 /// The reaper thread's body: `waitpid(-pgid)` until `ECHILD`.
+#[allow(clippy::too_many_arguments)]
 fn reap(
     pgid: i32,
     state: &Mutex<State>,
@@ -562,8 +595,16 @@ fn reap(
     work_id: String,
     log: &Path,
 ) {
+    // No secret of the runtime's stays in clear in the log: masked when the leader
+    // exits (before anyone is told) and again when the group is gone.
+    let mask = || {
+        if let Err(e) = output::mask_log(log) {
+            log::warn!("cannot mask secrets in {}: {e}", log.display());
+        }
+    };
     let mut exited_tx = Some(exited_tx);
     let mut report = |mut exit: ExitInfo| {
+        mask();
         if exit.wait_error.is_none() {
             exit.wait_error = log_write_failure(log);
         }
@@ -617,5 +658,6 @@ fn reap(
         });
     }
     orphans::untrack(pgid);
+    mask();
     drop(reaped_tx);
 }

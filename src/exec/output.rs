@@ -47,11 +47,29 @@ pub fn tail(path: &Path, max: u64) -> std::io::Result<Tail> {
             skip += 1;
         }
     }
+    let text = String::from_utf8_lossy(&buf[skip..]);
     Ok(Tail {
-        text: String::from_utf8_lossy(&buf[skip..]).into_owned(),
+        // A secret of the runtime's is never shown (crate::secrets).
+        text: crate::secrets::mask(&text).into_owned(),
         total_bytes: total,
         all: start == 0,
     })
+}
+
+/// Rewrites the log at `path` with every secret of the runtime's masked
+/// ([`crate::secrets`]), when one occurs in it. Nothing is read when no secret is
+/// registered.
+///
+/// Errors: the log cannot be read or written.
+pub fn mask_log(path: &Path) -> std::io::Result<()> {
+    if !crate::secrets::any() {
+        return Ok(());
+    }
+    let bytes = std::fs::read(path)?;
+    if let Some(masked) = crate::secrets::mask_bytes(&bytes) {
+        std::fs::write(path, masked)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

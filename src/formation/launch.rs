@@ -106,7 +106,9 @@ fn read_token(c: &Credential, base: &Path, member: &str) -> Result<String, Launc
             })?
         }
     };
-    Ok(t.lines().next().unwrap_or("").trim().to_string())
+    let t = t.lines().next().unwrap_or("").trim().to_string();
+    crate::secrets::register(&t);
+    Ok(t)
 }
 
 /// Checks a formation without starting anything (`mur check --roster`): the roster and

@@ -46,5 +46,7 @@ pub fn mint_token() -> String {
     use rand::RngCore;
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let t: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    crate::secrets::register(&t);
+    t
 }

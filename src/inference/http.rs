@@ -299,7 +299,10 @@ impl Secret {
         match self {
             Secret::None => Ok(None),
             Secret::Env(var) => match std::env::var(var) {
-                Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+                Ok(v) if !v.trim().is_empty() => {
+                    crate::secrets::register(&v);
+                    Ok(Some(v.trim().to_string()))
+                }
                 Ok(_) => Err(DriverError::Credential(format!(
                     "environment variable {var} is empty"
                 ))),
@@ -321,9 +324,24 @@ impl Secret {
                         path.display()
                     )));
                 }
+                crate::secrets::register(first);
                 Ok(Some(first.to_string()))
             }
         }
+    }
+}
+
+/// Registers the credential of every choice in `choices` that can be read now (the
+/// variable is set, the file is readable; a relative file is taken from
+/// `capsule_dir`) as a secret ([`crate::secrets`]), so it is masked in the records
+/// from the session's start, whichever choice ends up being called. One that cannot be
+/// read is skipped: the driver reports it when it is called.
+pub fn register_credentials<'a>(
+    choices: impl IntoIterator<Item = &'a Credential>,
+    capsule_dir: &Path,
+) {
+    for c in choices {
+        let _ = Secret::new(Some(c), capsule_dir).read();
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 mod http;
+pub use http::register_credentials;
 pub mod openai;
 pub mod retry;
 pub mod script;

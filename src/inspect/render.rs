@@ -41,6 +41,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "keep_working",
     "peer_file_shared",
     "peer_file_fetched",
+    "plan",
 ];
 
 /// Lines of a tool result (or a member's answer) shown without `--full`.

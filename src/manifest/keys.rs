@@ -60,10 +60,21 @@ pub const CHOICE: &[&str] = &[
 pub const CREDENTIAL: &[&str] = &["env", "file"];
 
 /// `capabilities`.
-pub const CAPABILITIES: &[&str] = &["shell", "peer_fetch", "spawn", "plan", "install", "network"];
+pub const CAPABILITIES: &[&str] = &[
+    "shell",
+    "peer_fetch",
+    "spawn",
+    "plan",
+    "install",
+    "network",
+    "sandbox",
+];
 
 /// `capabilities.shell`, `capabilities.spawn` and `capabilities.network`.
 pub const ALLOW: &[&str] = &["allow"];
+
+/// `capabilities.shell`.
+pub const SHELL: &[&str] = &["allow", "env", "read"];
 
 /// `capabilities.peer_fetch` in its map form: no keys yet (`{}` grants).
 pub const PEER_FETCH: &[&str] = &[];
@@ -118,7 +129,7 @@ pub const LEVELS: &[(&str, &[&str])] = &[
     ("inference.choices.N", CHOICE),
     ("inference.choices.N.credential", CREDENTIAL),
     ("capabilities", CAPABILITIES),
-    ("capabilities.shell", ALLOW),
+    ("capabilities.shell", SHELL),
     ("capabilities.spawn", ALLOW),
     ("capabilities.network", ALLOW),
     ("capabilities.plan", PLAN),

@@ -464,28 +464,56 @@ fn capabilities(cx: &mut Cx, f: Field) -> Option<Capabilities> {
         a.finish();
         v
     };
-    let shell_allow = c
+    let (shell_allow, shell_env, shell_read) = c
         .opt(cx, "shell", |cx, f| {
-            allow_list(cx, f, &|cx, item| {
-                let s = item.word(cx, "a binary name")?;
-                if s.contains('/') {
-                    cx.err(
-                        item.node.pos,
-                        item.path,
-                        format!("`{s}` must be a bare binary name, without `/`"),
-                    );
-                    return None;
-                }
-                if super::reserved::RESERVED.contains(&s.as_str()) {
-                    cx.err(
-                        item.node.pos,
-                        item.path,
-                        format!("`{s}` is the name of a runtime-provided tool; a shell binary cannot take it (rename or wrap the binary)"),
-                    );
-                    return None;
-                }
-                Some(s)
-            })
+            let sh = f.obj(cx, keys::SHELL)?;
+            let allow = sh.req(cx, "allow", |cx, f| {
+                Some(f.list_of(cx, |cx, item| {
+                    let s = item.word(cx, "a binary name")?;
+                    if s.contains('/') {
+                        cx.err(
+                            item.node.pos,
+                            item.path,
+                            format!("`{s}` must be a bare binary name, without `/`"),
+                        );
+                        return None;
+                    }
+                    if super::reserved::RESERVED.contains(&s.as_str()) {
+                        cx.err(
+                            item.node.pos,
+                            item.path,
+                            format!("`{s}` is the name of a runtime-provided tool; a shell binary cannot take it (rename or wrap the binary)"),
+                        );
+                        return None;
+                    }
+                    Some(s)
+                }))
+            });
+            let env = sh
+                .opt(cx, "env", |cx, f| {
+                    Some(f.list_of(cx, |cx, item| {
+                        let s = item.word(cx, "an environment variable name")?;
+                        let valid = !s.starts_with(|ch: char| ch.is_ascii_digit())
+                            && s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+                        if !valid {
+                            cx.err(
+                                item.node.pos,
+                                item.path,
+                                format!("`{s}` is not an environment variable name (letters, digits and `_`, not starting with a digit)"),
+                            );
+                            return None;
+                        }
+                        Some(s)
+                    }))
+                })
+                .unwrap_or_default();
+            let read = sh
+                .opt(cx, "read", |cx, f| {
+                    Some(f.list_of(cx, |cx, item| item.word(cx, "a path").map(PathBuf::from)))
+                })
+                .unwrap_or_default();
+            sh.finish();
+            allow.map(|a| (a, env, read))
         })
         .unwrap_or_default();
     let peer_fetch = c
@@ -571,9 +599,29 @@ fn capabilities(cx: &mut Cx, f: Field) -> Option<Capabilities> {
             })
         })
         .unwrap_or_default();
+    let sandbox = c
+        .opt(cx, "sandbox", |cx, f| {
+            let w = f.str(cx)?;
+            let m = crate::exec::sandbox::Mode::from_word(&w);
+            if m.is_none() {
+                cx.err(
+                    f.node.pos,
+                    f.path,
+                    format!(
+                        "unknown value `{w}`{}",
+                        suggest::hint(&w, crate::exec::sandbox::Mode::WORDS)
+                    ),
+                );
+            }
+            m
+        })
+        .unwrap_or_default();
     c.finish();
     Some(Capabilities {
         shell_allow,
+        shell_env,
+        shell_read,
+        sandbox,
         peer_fetch,
         spawn_allow,
         plan_submit,

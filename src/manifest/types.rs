@@ -56,7 +56,10 @@
 //! | `capabilities.install.skill` | list of name patterns | `[]` | — | no skill may be pulled |
 //! | `capabilities.install.tool` | list of name patterns | `[]` | — | no tool may be pulled |
 //! | `capabilities.install.from` | non-empty list of `stores` \| `sources` | `[stores]` | — | pull from the stores only |
-//! | `capabilities.network.allow` | list of host names (no `/`, distinct) | `[]` | — | no egress; member calls need `localhost` |
+//! | `capabilities.network.allow` | list of host names (no `/`, distinct) | `[]` | — | no egress; member calls need `localhost`; commands get no network (see murmur.yaml(5), SANDBOX) |
+//! | `capabilities.shell.env` | list of environment variable names (distinct) | `[]` | — | commands get the documented base environment only |
+//! | `capabilities.shell.read` | list of paths (relative to the capsule directory, or absolute; distinct) | `[]` | — | commands read only the workdir and the system paths |
+//! | `capabilities.sandbox` | `off` \| `best_effort` \| `required` | `best_effort` | — | every layer the kernel has, one warning for the rest; `required` refuses on a kernel that lacks one |
 //! | `exports.peer_files` | relative path (to the workdir) | none | — | no share-file |
 //! | `control.agent_settings` | list of `inference.driver` | `[]` | — | the agent changes nothing; `inference.driver` grants switch-driver and needs `inference` |
 //! | `lifecycle.shell_grace_secs` | integer ≥ 1 | none | seconds | commands never move to the background (no background-command); 0 is an error |
@@ -236,6 +239,15 @@ pub struct Capabilities {
     pub install: Option<Install>,
     /// `capabilities.network.allow`: hosts the capsule may reach (`localhost`, names).
     pub network_allow: Vec<String>,
+    /// `capabilities.shell.env`: names of `mur`'s environment variables passed to
+    /// commands, on top of the documented base (murmur.yaml(5), ENVIRONMENT OF A
+    /// COMMAND).
+    pub shell_env: Vec<String>,
+    /// `capabilities.shell.read`: more paths commands may read and execute beneath
+    /// (relative to the capsule directory, or absolute).
+    pub shell_read: Vec<PathBuf>,
+    /// `capabilities.sandbox`: what a kernel lacking a sandbox layer means.
+    pub sandbox: crate::exec::sandbox::Mode,
 }
 
 /// `capabilities.install`.

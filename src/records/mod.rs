@@ -108,6 +108,9 @@ impl Trace {
     /// given fields, long strings cut as [`cap`] says. Never blocks on the disk; a
     /// record sent after [`Trace::close`] is dropped with a log line.
     pub fn record(&self, task: Option<&str>, kind: &str, mut fields: Map<String, Value>) {
+        // No secret of the runtime's is written, in the line or a blob (crate::secrets);
+        // masked before any cut, so no part of one is left either.
+        crate::secrets::mask_fields(&mut fields);
         // seq is taken under the same lock as the send so lines are in seq order.
         let mut state = self.inner.seq.lock();
         let (seq, used) = &mut *state;

@@ -57,6 +57,46 @@ impl Loop<'_> {
         (content, result.status == tools::Status::Failed)
     }
 
+    /// Runs one plan step: the call, with id `<plan>.<step>`, passes the decision point
+    /// with origin `plan_step` and runs; its `tool_call` record carries `plan`, `step`
+    /// and `origin: "plan_step"`. A step carries no deadline notice: the plan's own
+    /// result does.
+    pub(super) fn plan_step(
+        &mut self,
+        plan: &str,
+        step: u32,
+        tool: &str,
+        input: &Value,
+    ) -> (String, ToolResult) {
+        let started = Instant::now();
+        let call = ToolCall {
+            id: format!("{plan}.{step}"),
+            name: tool.to_string(),
+            arguments: Arguments::Json(input.clone()),
+        };
+        let origin = CallOrigin::PlanStep {
+            plan: plan.to_string(),
+            step,
+        };
+        let result = self.answer(&call, &origin);
+        let mut f = fields! {
+            "turn" => self.counters.turns_used,
+            "name" => call.name,
+            "call_id" => call.id,
+            "input" => call.arguments.to_record(),
+            "status" => result.status.as_str(),
+            "summary" => result.summary,
+            "duration_ms" => started.elapsed().as_millis() as u64,
+            "content" => result.render(tool),
+            "plan" => plan,
+            "step" => step,
+            "origin" => "plan_step",
+        };
+        f.extend(result.record.clone());
+        self.trace.record(Some(&self.task_id), "tool_call", f);
+        (call.id, result)
+    }
+
     /// Looks the call's tool up in the inventory, passes it through the decision point
     /// ([`Loop::decide`]), then runs it through the registry; writes the records the
     /// tool answers with. A call naming no tool of the inventory, or whose arguments

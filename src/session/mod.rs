@@ -147,6 +147,48 @@ pub enum SessionError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The confinement of its commands cannot be built (murmur.yaml(5), SANDBOX).
+    #[error("{0}")]
+    Sandbox(String),
+}
+
+/// The session's supervisor, its commands confined ([`crate::exec::sandbox`]); the
+/// credentials of every driver choice registered as secrets first.
+///
+/// Errors: the confinement cannot be built.
+fn confined_supervisor(spec: &SessionSpec) -> Result<Supervisor, SessionError> {
+    if let Some(i) = &spec.manifest.inference {
+        crate::inference::register_credentials(
+            i.choices.iter().filter_map(|(_, c)| c.credential.as_ref()),
+            &spec.staged.capsule_dir,
+        );
+    }
+    let sup = Supervisor::for_session(&spec.staged.session_id);
+    if spec.manifest.capabilities.shell_allow.is_empty() {
+        return Ok(sup);
+    }
+    let conf = crate::exec::sandbox::Confinement::new(&crate::staging::sandbox_spec(
+        &spec.manifest,
+        &spec.staged,
+    ))
+    .map_err(SessionError::Sandbox)?;
+    Ok(sup.confined(std::sync::Arc::new(conf)))
+}
+
+/// The supervisor of the session's hooks and `lifecycle.done_check`: their commands get
+/// the same built environment as shell commands (the documented base plus
+/// `capabilities.shell.env`), so no driver credential or door token reaches them
+/// unless named; they are the operator's own commands and run outside the sandbox.
+fn hook_supervisor(spec: &SessionSpec) -> Result<Supervisor, SessionError> {
+    let sup = Supervisor::for_session(&spec.staged.session_id);
+    let m = &spec.manifest;
+    if !m.hooks.any() && m.lifecycle.done_check.is_none() {
+        return Ok(sup);
+    }
+    let mut s = crate::staging::sandbox_spec(m, &spec.staged);
+    s.mode = crate::exec::sandbox::Mode::Off;
+    let conf = crate::exec::sandbox::Confinement::new(&s).map_err(SessionError::Sandbox)?;
+    Ok(sup.confined(std::sync::Arc::new(conf)))
 }
 
 /// Builds the driver for a choice.
@@ -332,10 +374,12 @@ pub fn serve(
         rd,
     );
     let after_task = spec.manifest.after_task.unwrap_or(default_after);
+    let supervisor = confined_supervisor(&spec)?;
+    let hook_supervisor = hook_supervisor(&spec)?;
     let mut lp = Loop {
         spec: &spec,
         trace: trace.clone(),
-        supervisor: Supervisor::for_session(&spec.staged.session_id),
+        supervisor,
         session_shutdown: shutdown.clone(),
         shutdown,
         progress,
@@ -353,7 +397,7 @@ pub fn serve(
         completions: after_task == AfterTask::Sleep
             && spec.manifest.task_acceptance == TaskAcceptance::Queue,
         owners: HashMap::new(),
-        hook_supervisor: Supervisor::for_session(&spec.staged.session_id),
+        hook_supervisor,
         attempt: 1,
         reopens: 0,
     };

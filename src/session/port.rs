@@ -72,6 +72,20 @@ impl tools::Session for Loop<'_> {
         self.spec.peer_files.as_ref()
     }
 
+    fn has_tool(&self, tool: &str) -> bool {
+        self.spec.staged.inventory.iter().any(|t| t.name == tool)
+    }
+
+    fn run_plan_step(
+        &mut self,
+        plan: &str,
+        step: u32,
+        tool: &str,
+        input: &Value,
+    ) -> (String, tools::ToolResult) {
+        self.plan_step(plan, step, tool, input)
+    }
+
     fn measure_status(&self) -> Value {
         let inf = self.spec.manifest.inference.as_ref();
         status::measure(&status::Inputs {

@@ -119,7 +119,10 @@ impl Loop<'_> {
             (_, None, None) => status.to_string(),
         };
         let result_path = out_dir.join("result.txt");
-        if let Err(e) = crate::private::write(&result_path, &result_text) {
+        // No secret of the runtime's lands in out/ (crate::secrets).
+        if let Err(e) =
+            crate::private::write(&result_path, crate::secrets::mask(&result_text).as_bytes())
+        {
             log::error!("cannot write {}: {e}", result_path.display());
         }
         let task = Some(self.task_id.as_str());

@@ -161,6 +161,15 @@ pub fn load_capsule(capsule: &Path, callees: &[String]) -> Result<Loaded, String
             _ => errors_in(&dir, &lines),
         }
     })?;
+    if !manifest.capabilities.shell_allow.is_empty() {
+        let plan = sandbox_plan(&manifest);
+        if let Some(s) = plan.shortfall() {
+            if plan.mode == crate::exec::sandbox::Mode::Required {
+                return Err(format!("{}: {s}", manifest_path.display()));
+            }
+            eprintln!("mur: warning: {}: {s}", manifest_path.display());
+        }
+    }
     for b in missing_binaries(&manifest.capabilities.shell_allow) {
         eprintln!(
             "mur: warning: {}: capabilities.shell.allow: `{b}` is not found on PATH; a call to it will fail until it is installed",
@@ -189,7 +198,7 @@ pub fn errors_in<E: std::fmt::Display>(file: &Path, errors: &[E]) -> String {
 /// The system prompt of a capsule: `prompt.system`, else the file `prompt.system_file`
 /// (relative to the capsule), else [`DEFAULT_SYSTEM_PROMPT`]; with
 /// `lifecycle.keep_working` set, followed by [`KEEP_WORKING_GUIDANCE`] on a paragraph
-/// of its own.
+/// of its own; with `capabilities.plan.submit`, followed by [`PLAN_GUIDANCE`] so.
 ///
 /// Errors: the prompt file cannot be read.
 pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
@@ -205,6 +214,9 @@ pub fn system_prompt(dir: &Path, m: &Manifest) -> Result<String, String> {
     if m.lifecycle.keep_working.is_some() {
         prompt = format!("{}\n\n{KEEP_WORKING_GUIDANCE}", prompt.trim_end());
     }
+    if m.capabilities.plan_submit {
+        prompt = format!("{}\n\n{PLAN_GUIDANCE}", prompt.trim_end());
+    }
     Ok(prompt)
 }
 
@@ -215,6 +227,10 @@ pub const DONE_MARKER: &str = "[done]";
 
 /// What the system prompt says when `lifecycle.keep_working` is set.
 pub const KEEP_WORKING_GUIDANCE: &str = "When you reply without calling a tool before the task is finished, the runtime answers with a message asking you to keep working. When the task is really done, end your final answer with a line that reads exactly [done]; the runtime removes that line from your answer and ends the task.";
+
+/// What the system prompt says exactly when submit-plan exists
+/// (`capabilities.plan.submit`; spec, "The grant is the tool's existence").
+pub const PLAN_GUIDANCE: &str = "When you already know the inputs of several tool calls, send them together as one submit-plan call instead of one call per turn: the steps run in order and you get every result at once. A step's output is not passed to a later step, so a call that needs an earlier result waits for the plan's result.";
 
 /// The records directory of a session by default:
 /// `$MURMUR_HOME/records/<capsule dir's absolute path, without its leading slash>/<session id>`.
@@ -279,9 +295,6 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     if !c.spawn_allow.is_empty() {
         return unsupported("capabilities.spawn.allow", "delegate-task");
     }
-    if c.plan_submit {
-        return unsupported("capabilities.plan.submit", "submit-plan");
-    }
     if m.control
         .agent_settings
         .iter()
@@ -332,6 +345,14 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     }
     if m.lifecycle.shell_grace_secs.is_some() && !c.shell_allow.is_empty() {
         inv.push(tools::background::entry());
+    }
+    if c.plan_submit {
+        let callable: Vec<String> = inv
+            .iter()
+            .map(|t| t.name.clone())
+            .filter(|n| !tools::submit_plan::NOT_IN_PLAN.contains(&n.as_str()))
+            .collect();
+        inv.push(tools::submit_plan::entry(&callable));
     }
     Ok(inv)
 }
@@ -601,4 +622,50 @@ pub fn missing_binaries(allow: &[String]) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+/// What the confinement of `staged`'s commands is built from ([`crate::exec::sandbox`]):
+/// read-write the workdir, `home/` and `tmp/` in the runtime directory; read and
+/// execute the directory of each allowed binary as found on `PATH` (and of the file a
+/// symlink there points to) and each `capabilities.shell.read` path (relative ones
+/// from the capsule directory); the names of `capabilities.shell.env`.
+pub fn sandbox_spec(m: &Manifest, staged: &Staged) -> crate::exec::sandbox::Spec {
+    let c = &m.capabilities;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    let mut read: Vec<PathBuf> = Vec::new();
+    for b in &c.shell_allow {
+        let Some(found) = dirs.iter().map(|d| d.join(b)).find(|p| p.is_file()) else {
+            continue;
+        };
+        let mut add = |p: &Path| {
+            if let Some(parent) = p.parent() {
+                if !read.iter().any(|r| r == parent) {
+                    read.push(parent.to_path_buf());
+                }
+            }
+        };
+        add(&found);
+        if let Ok(real) = found.canonicalize() {
+            add(&real);
+        }
+    }
+    for p in &c.shell_read {
+        read.push(staged.capsule_dir.join(p));
+    }
+    crate::exec::sandbox::Spec {
+        mode: c.sandbox,
+        workdir: staged.workdir.clone(),
+        home: staged.runtime_dir.join("home"),
+        tmp: staged.runtime_dir.join("tmp"),
+        read,
+        env_names: c.shell_env.clone(),
+        network_allow: c.network_allow.clone(),
+    }
+}
+
+/// The sandbox plan of a capsule on this host ([`crate::exec::sandbox::Plan`]).
+pub fn sandbox_plan(m: &Manifest) -> crate::exec::sandbox::Plan {
+    let c = &m.capabilities;
+    crate::exec::sandbox::Plan::new(c.sandbox, &c.network_allow, crate::exec::sandbox::host())
 }

@@ -109,6 +109,19 @@ pub trait Session {
     fn peer_files(&self) -> Option<&super::peer_file::PeerFiles> {
         None
     }
+    /// Whether the inventory holds a tool named `tool`.
+    fn has_tool(&self, tool: &str) -> bool;
+    /// Runs step `step` (from 0) of plan `plan` (`pln_…`): the call passes the decision
+    /// point with origin `plan_step` and runs through the registry, and its `tool_call`
+    /// record (marked `plan`, `step`) is written. Returns the step's call id
+    /// (`<plan>.<step>`) and result.
+    fn run_plan_step(
+        &mut self,
+        plan: &str,
+        step: u32,
+        tool: &str,
+        input: &Value,
+    ) -> (String, super::ToolResult);
 }
 
 /// A tool's answer: the result the model is given and the records the session writes

@@ -12,6 +12,7 @@ pub mod result;
 pub mod session_status;
 pub mod share_file;
 pub mod shell;
+pub mod submit_plan;
 
 use serde_json::Value;
 
@@ -73,6 +74,8 @@ pub enum ToolKind {
     ShareFile,
     /// fetch-peer-file (`capabilities.peer_fetch`).
     FetchPeerFile,
+    /// submit-plan (`capabilities.plan.submit`).
+    SubmitPlan,
 }
 
 /// One entry of the tool inventory: what the model is offered and what staging writes

@@ -2,7 +2,9 @@
 //! tool up here; a new tool is one file and one row.
 
 use super::context::Tool;
-use super::{background, call_member, end_without_answer, session_status, shell, ToolKind};
+use super::{
+    background, call_member, end_without_answer, session_status, shell, submit_plan, ToolKind,
+};
 use super::{fetch_peer_file, share_file};
 
 impl ToolKind {
@@ -16,6 +18,7 @@ impl ToolKind {
             ToolKind::EndWithoutAnswer => &end_without_answer::EndWithoutAnswer,
             ToolKind::ShareFile => &share_file::ShareFile,
             ToolKind::FetchPeerFile => &fetch_peer_file::FetchPeerFile,
+            ToolKind::SubmitPlan => &submit_plan::SubmitPlan,
         }
     }
 }
