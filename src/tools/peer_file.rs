@@ -1387,4 +1387,27 @@ mod tests {
         assert_eq!(c, 405);
         door.shutdown();
     }
+
+    #[test]
+    fn requests_without_the_token_spend_the_addresss_unauthenticated_budget() {
+        let f = fx();
+        let door = crate::door::Door::start(
+            "127.0.0.1:0".parse().unwrap(),
+            "tok".into(),
+            Arc::new(FilesOnly(Arc::new(f.store))),
+            crate::door::DoorLimits {
+                unauthenticated_per_sec: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let req = "GET /peer-files/pf0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        // Twenty at once: a bucket of two refilled once a second cannot answer them
+        // all; the first two are the 401 any request without the token gets.
+        let codes: Vec<u16> = (0..20).map(|_| raw(door.local_addr(), req).0).collect();
+        assert_eq!(&codes[..2], &[401, 401], "{codes:?}");
+        assert!(codes.contains(&429), "{codes:?}");
+        assert!(codes.iter().all(|c| *c == 401 || *c == 429), "{codes:?}");
+        door.shutdown();
+    }
 }
