@@ -206,6 +206,18 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
             "after_task: sleep keeps a session waiting for tasks that only a door brings; serve this capsule with `mur door`, or remove after_task to run it with `mur run`",
         ));
     }
+    // Peer files travel between formation members over their doors; `mur run` has
+    // neither (mur-tools(7), "Peer files").
+    if m.exports.peer_files.is_some() {
+        return Err(usage(
+            "exports.peer_files grants share-file, whose handles a member's door serves to the rest of its formation; `mur run` has no door: run the capsule as a formation member (mur formation) or behind `mur door`, or remove the grant",
+        ));
+    }
+    if m.capabilities.peer_fetch {
+        return Err(usage(
+            "capabilities.peer_fetch grants fetch-peer-file, which redeems handles from the members of a formation; `mur run` is in no formation: run the capsule as a formation member (mur formation), or remove the grant",
+        ));
+    }
     // Checked before staging, so a refused run leaves no runtime directory behind.
     let chosen_records = match &args.records_dir {
         Some(d) => Some(staging::fresh_records_dir(d).map_err(usage)?),
@@ -237,6 +249,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         choice,
         system_prompt,
         member: None,
+        peer_files: None,
     };
     // --json: the records go to stdout as they are written, from a copier thread.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

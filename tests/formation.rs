@@ -1632,6 +1632,7 @@ impl LiveMember {
                 roster: Arc::new(roster),
                 call_deadline: Duration::from_secs(600),
             }),
+            peer_files: None,
         };
         let shutdown = mur::signals::ShutdownHandle::new();
         let rx = shutdown.receiver();

@@ -13,6 +13,7 @@ mod hooks;
 mod inspect;
 mod manifest;
 mod newuser;
+mod peer_files;
 mod plan;
 mod real_model;
 mod run;

@@ -93,6 +93,9 @@ pub struct SessionSpec {
     pub system_prompt: String,
     /// Its place in a formation, when it is a member of one.
     pub member: Option<MemberRole>,
+    /// Its peer-file side (share-file's store, fetch-peer-file's doors), when it
+    /// serves or fetches peer files; `None` in a plain `mur run`.
+    pub peer_files: Option<crate::tools::peer_file::PeerFiles>,
 }
 
 /// A formation member's side of the roster: who it is and whom it may call.

@@ -307,12 +307,6 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
         })
     };
     let c = &m.capabilities;
-    if m.exports.peer_files.is_some() {
-        return unsupported("exports.peer_files", "share-file");
-    }
-    if c.peer_fetch {
-        return unsupported("capabilities.peer_fetch", "fetch-peer-file");
-    }
     if !c.spawn_allow.is_empty() {
         return unsupported("capabilities.spawn.allow", "delegate-task");
     }
@@ -342,6 +336,14 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     if !callees.is_empty() {
         inv.push(tools::call_member::entry(callees));
         inv.push(tools::end_without_answer::entry());
+    }
+    // Peer files (mur-tools(7), "Peer files"): a member serves its handles at its
+    // door; where there is no door (`mur run`) the session refuses to start.
+    if m.exports.peer_files.is_some() {
+        inv.push(tools::share_file::entry());
+    }
+    if c.peer_fetch {
+        inv.push(tools::fetch_peer_file::entry());
     }
     inv.push(tools::session_status::entry());
     // Spec, "The twelve": an inference: block (checked above), a non-empty
