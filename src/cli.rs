@@ -18,8 +18,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Signals: SIGINT, SIGTERM, SIGHUP (a dropped ssh session, a closed terminal) and
 /// SIGQUIT (Ctrl-\) each end mur cleanly: every command still running is stopped
 /// (SIGTERM to its process group, SIGKILL 2 s later), session_end is written and the
-/// exit status is 130. A mur started with SIGHUP or SIGQUIT ignored (nohup mur ..., a
-/// background job of a non-interactive shell) keeps ignoring it.
+/// exit status is 130. A second such signal while that shutdown is under way (a
+/// command that ignores SIGTERM holds it up for its 2 s grace) cuts it short, as most
+/// supervisors do: every process group of mur's commands is sent SIGKILL at once, mur
+/// says so on stderr and exits 130 without waiting (session_end may then be missing,
+/// and the runtime directory is removed by the next start). A mur started with SIGHUP
+/// or SIGQUIT ignored (nohup mur ..., a background job of a non-interactive shell) keeps
+/// ignoring it.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
 pub struct Cli {
@@ -35,7 +40,8 @@ pub enum Command {
     ///
     /// The task comes from --task, --task-file, or standard input when neither is
     /// given. The answer is written to stdout and to out/result.txt in the session's
-    /// records directory. Exit status: 0 completed, 1 failed or no answer, 2 usage or
+    /// records directory. Exit status: 0 completed, 1 failed, no answer or a runtime
+    /// failure (a file that cannot be written), 2 usage or
     /// manifest error, 3 deadline or ceiling, 130 interrupted.
     ///
     /// With --roster, runs a formation instead: every local member of roster.yaml is

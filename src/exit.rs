@@ -6,7 +6,8 @@ use std::fmt;
 
 /// `0`: the task completed with an answer.
 pub const EXIT_COMPLETED: u8 = 0;
-/// `1`: the task failed or ended without an answer.
+/// `1`: the task failed or ended without an answer, or `mur` failed at run time (a
+/// file it must write cannot be written: a read-only or full disk).
 pub const EXIT_FAILED: u8 = 1;
 /// `2`: usage error, or a manifest/roster that does not validate or stage.
 pub const EXIT_USAGE: u8 = 2;

@@ -119,7 +119,7 @@ fn exit_status_section() -> String {
         ),
         (
             exit::EXIT_FAILED,
-            "The task failed or ended without an answer\n(\\fIfailed\\fR, \\fIno_answer\\fR, \\fIcanceled\\fR).",
+            "The task failed or ended without an answer\n(\\fIfailed\\fR, \\fIno_answer\\fR, \\fIcanceled\\fR);\nor mur itself failed at run time: a file it must write\n(under \\fB$MURMUR_HOME\\fR, the records) cannot be written\n(a read-only or full disk), a thread cannot start.",
         ),
         (
             exit::EXIT_USAGE,
@@ -131,7 +131,7 @@ fn exit_status_section() -> String {
         ),
         (
             exit::EXIT_INTERRUPTED,
-            "Interrupted by SIGINT, SIGTERM, SIGHUP or SIGQUIT\n(SIGHUP and SIGQUIT only when not ignored at start, as under nohup);\nevery command still running was stopped and \\fIsession_end\\fR written.",
+            "Interrupted by SIGINT, SIGTERM, SIGHUP or SIGQUIT\n(SIGHUP and SIGQUIT only when not ignored at start, as under nohup);\nevery command still running was stopped and \\fIsession_end\\fR written;\nor by a second such signal during that shutdown,\nwhich kills every process group at once and exits without waiting.",
         ),
     ];
     let mut s = String::from(

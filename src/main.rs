@@ -17,22 +17,30 @@ use std::time::SystemTime;
 use clap::Parser;
 
 use mur::cli::{Cli, Command, RunArgs};
-use mur::exit::{EXIT_FAILED, EXIT_USAGE};
+use mur::exit::EXIT_FAILED;
 use mur::formation::launch::{self, LaunchError, LaunchOptions};
 use mur::manifest::Manifest;
 use mur::session::{self, deadline::parse_deadline, SessionSpec};
 use mur::staging;
 
-/// An error that ends `mur` with an exit code after its message is printed once.
-struct Fail {
-    code: u8,
-    message: String,
-}
+/// Every error of `mur`: it decides its own exit code ([`LaunchError::code`]) and is
+/// printed once, by `main`.
+type Fail = LaunchError;
 
 fn usage(message: impl Into<String>) -> Fail {
-    Fail {
-        code: EXIT_USAGE,
-        message: message.into(),
+    LaunchError::Usage(message.into())
+}
+
+/// A runtime failure (exit code 1).
+fn runtime(message: impl Into<String>) -> Fail {
+    LaunchError::Runtime(message.into())
+}
+
+/// A staging failure of `mur run`/`mur stage`: its exit code is its cause's.
+fn stage_error(source: staging::StageError) -> Fail {
+    LaunchError::Stage {
+        member: None,
+        source,
     }
 }
 
@@ -50,10 +58,11 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            if !f.message.is_empty() {
-                eprintln!("mur: {}", f.message);
+            let message = f.to_string();
+            if !message.is_empty() {
+                eprintln!("mur: {message}");
             }
-            ExitCode::from(f.code)
+            ExitCode::from(f.code())
         }
     }
 }
@@ -73,7 +82,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Command::Gc(args) => run_gc(args),
         Command::Check(args) => {
             if let Some(r) = &args.roster {
-                let members = launch::check_roster(r).map_err(launch_error)?;
+                let members = launch::check_roster(r)?;
                 println!(
                     "{}: ok ({} local member(s): {})",
                     r.display(),
@@ -86,13 +95,13 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                 && std::fs::read_to_string(&args.capsule)
                     .is_ok_and(|t| t.lines().any(|l| l.starts_with("members:")));
             match load(&args.capsule) {
-                Err(mut f) if looks_like_roster => {
-                    f.message.push_str(&format!(
+                Err(LaunchError::Usage(mut message)) if looks_like_roster => {
+                    message.push_str(&format!(
                         "\n{} looks like a roster.yaml: check it with `mur check --roster {}`",
                         args.capsule.display(),
                         args.capsule.display()
                     ));
-                    Err(f)
+                    Err(LaunchError::Usage(message))
                 }
                 Err(f) => Err(f),
                 Ok((dir, _, m)) => {
@@ -120,8 +129,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         }
         Command::Stage(args) => {
             let (dir, text, m) = load(&args.capsule)?;
-            let staged = staging::stage(&staging::murmur_home(), &dir, &text, &m)
-                .map_err(|e| usage(e.to_string()))?;
+            let staged =
+                staging::stage(&staging::murmur_home(), &dir, &text, &m).map_err(stage_error)?;
             // Left for inspection: the start-up sweep leaves it, mur gc removes it.
             staging::runtime::mark_kept(&staged.runtime_dir);
             println!("session: {}", staged.session_id);
@@ -136,10 +145,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Command::Generate(args) => match mur::generate::run(&args) {
             Ok(()) => Ok(0),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-            Err(e) => Err(Fail {
-                code: EXIT_FAILED,
-                message: e.to_string(),
-            }),
+            Err(e) => Err(runtime(e.to_string())),
         },
     }
 }
@@ -208,6 +214,18 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
             "after_task: sleep keeps a session waiting for tasks that only a door brings; serve this capsule with `mur door`, or remove after_task to run it with `mur run`",
         ));
     }
+    // Peer files travel between formation members over their doors; `mur run` has
+    // neither (mur-tools(7), "Peer files").
+    if m.exports.peer_files.is_some() {
+        return Err(usage(
+            "exports.peer_files grants share-file, whose handles a member's door serves to the rest of its formation; `mur run` has no door: run the capsule as a formation member (mur formation) or behind `mur door`, or remove the grant",
+        ));
+    }
+    if m.capabilities.peer_fetch {
+        return Err(usage(
+            "capabilities.peer_fetch grants fetch-peer-file, which redeems handles from the members of a formation; `mur run` is in no formation: run the capsule as a formation member (mur formation), or remove the grant",
+        ));
+    }
     // Checked before staging, so a refused run leaves no runtime directory behind.
     let chosen_records = match &args.records_dir {
         Some(d) => Some(staging::fresh_records_dir(d).map_err(usage)?),
@@ -216,18 +234,14 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     let home = staging::murmur_home();
     staging::runtime::sweep_leftovers(&home);
     staging::runtime::keep_runtime_dirs(args.keep_runtime);
-    let staged = staging::stage(&home, &dir, &text, &m).map_err(|e| usage(e.to_string()))?;
+    let staged = staging::stage(&home, &dir, &text, &m).map_err(stage_error)?;
     // The runtime directory lives as long as the session, on every path out.
     let mut runtime_dirs = staging::RuntimeDirs::default();
     runtime_dirs.hold(&staged.runtime_dir);
     let records_dir = chosen_records
         .unwrap_or_else(|| staging::default_records_dir(&home, &dir, &staged.session_id));
     supervise();
-    let shutdown = mur::signals::ShutdownHandle::new();
-    mur::signals::start(shutdown.clone()).map_err(|e| Fail {
-        code: EXIT_FAILED,
-        message: format!("cannot install signal handlers: {e}"),
-    })?;
+    let shutdown = signals()?;
     log::info!(
         "session {} records in {}",
         staged.session_id,
@@ -243,6 +257,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
         choice,
         system_prompt,
         member: None,
+        peer_files: None,
     };
     // --json: the records go to stdout as they are written, from a copier thread.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -262,10 +277,7 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
     drop(runtime_dirs);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let copied = copier.map(|c| c.join());
-    let outcome = outcome.map_err(|e| Fail {
-        code: EXIT_FAILED,
-        message: e.to_string(),
-    })?;
+    let outcome = outcome.map_err(|e| runtime(e.to_string()))?;
     let interrupted = shutdown.fired();
     let code = outcome.status.exit_code(interrupted);
     if let Some(copied) = copied {
@@ -276,17 +288,12 @@ fn run_capsule(args: RunArgs) -> Result<u8, Fail> {
             }
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             Ok(Err(e)) => {
-                return Err(Fail {
-                    code: EXIT_FAILED,
-                    message: format!("--json: copying {}: {e}", trace_path.display()),
-                })
+                return Err(runtime(format!(
+                    "--json: copying {}: {e}",
+                    trace_path.display()
+                )))
             }
-            Err(_) => {
-                return Err(Fail {
-                    code: EXIT_FAILED,
-                    message: "--json: the copier thread panicked".into(),
-                })
-            }
+            Err(_) => return Err(runtime("--json: the copier thread panicked")),
         }
     } else {
         print_outcome(&outcome)?;
@@ -318,10 +325,9 @@ fn print_result_line(session_id: &str, outcome: &session::Outcome, code: u8) -> 
     });
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{line}").and_then(|_| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail {
-            code: EXIT_FAILED,
-            message: format!("writing the result: {e}"),
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(runtime(format!("writing the result: {e}")))
+        }
         _ => Ok(()),
     }
 }
@@ -350,10 +356,7 @@ fn run_trace(args: mur::cli::TraceArgs) -> Result<u8, Fail> {
     match mur::inspect::trace(&path, &opts, &mut out, &mut err) {
         Ok(()) => Ok(0),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-        Err(e) => Err(Fail {
-            code: EXIT_FAILED,
-            message: format!("{}: {e}", path.display()),
-        }),
+        Err(e) => Err(runtime(format!("{}: {e}", path.display()))),
     }
 }
 
@@ -372,10 +375,7 @@ fn run_sessions(args: mur::cli::SessionsArgs) -> Result<u8, Fail> {
         write!(out, "{}", mur::inspect::sessions::table(&list))
     };
     match r {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Fail {
-            code: EXIT_FAILED,
-            message: e.to_string(),
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(runtime(e.to_string())),
         _ => Ok(0),
     }
 }
@@ -397,10 +397,7 @@ fn run_gc(args: mur::cli::GcArgs) -> Result<u8, Fail> {
         dry_run: args.dry_run,
     };
     let mut out = std::io::stdout().lock();
-    mur::inspect::gc::gc(&home, &opts, &mut out).map_err(|e| Fail {
-        code: EXIT_FAILED,
-        message: e.to_string(),
-    })?;
+    mur::inspect::gc::gc(&home, &opts, &mut out).map_err(|e| runtime(e.to_string()))?;
     Ok(0)
 }
 
@@ -412,10 +409,7 @@ fn print_outcome(outcome: &session::Outcome) -> Result<(), Fail> {
         let r = writeln!(out, "{a}").and_then(|_| out.flush());
         if let Err(e) = r {
             if e.kind() != std::io::ErrorKind::BrokenPipe {
-                return Err(Fail {
-                    code: EXIT_FAILED,
-                    message: format!("writing the answer: {e}"),
-                });
+                return Err(runtime(format!("writing the answer: {e}")));
             }
         }
     } else {
@@ -435,23 +429,22 @@ fn print_no_answer(outcome: &session::Outcome) {
     }
 }
 
-fn launch_error(e: LaunchError) -> Fail {
-    match e {
-        LaunchError::Usage(m) => usage(m),
-        LaunchError::Runtime(m) => Fail {
-            code: EXIT_FAILED,
-            message: m,
-        },
-    }
-}
-
 fn signals() -> Result<mur::signals::ShutdownHandle, Fail> {
     let shutdown = mur::signals::ShutdownHandle::new();
-    mur::signals::start(shutdown.clone()).map_err(|e| Fail {
-        code: EXIT_FAILED,
-        message: format!("cannot install signal handlers: {e}"),
-    })?;
+    mur::signals::start(shutdown.clone(), second_signal)
+        .map_err(|e| runtime(format!("cannot install signal handlers: {e}")))?;
     Ok(shutdown)
+}
+
+/// A second SIGINT/SIGTERM/SIGHUP/SIGQUIT while the shutdown of the first is under
+/// way: every process group is killed at once (no grace), and `mur` exits 130 without
+/// waiting for the session to end (no `session_end`; the runtime directory is left to
+/// the next start's sweep).
+fn second_signal(sig: i32) {
+    let killed = mur::signals::kill_every_group();
+    let name = mur::signals::name(sig).unwrap_or("signal");
+    eprintln!("mur: second {name}: killed {killed} process group(s) and process(es) at once; exiting without waiting for the shutdown");
+    std::process::exit(i32::from(mur::exit::EXIT_INTERRUPTED));
 }
 
 /// Orphaned descendants (a command's `setsid` or double-forked children) come back to
@@ -485,7 +478,7 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
         records_dir,
         driver: args.driver.clone(),
     };
-    let outcome = launch::run_roster(opts, &shutdown).map_err(launch_error)?;
+    let outcome = launch::run_roster(opts, &shutdown)?;
     let interrupted = shutdown.fired();
     let code = outcome.status.exit_code(interrupted);
     let session_id = session_of(&outcome.records_dir).unwrap_or_else(|| "?".into());
@@ -504,10 +497,7 @@ fn run_roster(args: RunArgs) -> Result<u8, Fail> {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             r => {
                 drop(out);
-                r.map_err(|e| Fail {
-                    code: EXIT_FAILED,
-                    message: format!("--json: copying {}: {e}", trace.display()),
-                })?;
+                r.map_err(|e| runtime(format!("--json: copying {}: {e}", trace.display())))?;
                 print_result_line(&session_id, &outcome, code)?;
                 print_no_answer(&outcome);
             }
@@ -541,7 +531,6 @@ fn run_door(args: mur::cli::DoorArgs) -> Result<u8, Fail> {
         args.advertise_url.clone(),
         records_dir,
         &shutdown,
-    )
-    .map_err(launch_error)?;
+    )?;
     Ok(if shutdown.fired() { 0 } else { EXIT_FAILED })
 }

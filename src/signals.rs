@@ -116,20 +116,60 @@ impl Default for ShutdownHandle {
 }
 
 /// Starts the signal thread: the first of [`shutdown_signals`] (SIGINT, SIGTERM, and
-/// SIGHUP and SIGQUIT unless inherited ignored) fires `handle`.
+/// SIGHUP and SIGQUIT unless inherited ignored) fires `handle`; the second, while the
+/// shutdown is still under way, calls `second` with its number (`mur` kills every
+/// process group at once there and exits 130, see [`kill_every_group`]).
 ///
 /// Errors: the signal handlers cannot be installed.
-pub fn start(handle: ShutdownHandle) -> std::io::Result<()> {
+pub fn start(
+    handle: ShutdownHandle,
+    second: impl FnOnce(i32) + Send + 'static,
+) -> std::io::Result<()> {
     let mut signals = Signals::new(shutdown_signals())?;
     std::thread::Builder::new()
         .name("signals".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            let mut forever = signals.forever();
+            if let Some(sig) = forever.next() {
                 log::info!("signal {sig}: shutting down");
                 RECEIVED.store(sig, Ordering::SeqCst);
                 handle.fire(sig);
             }
+            if let Some(sig) = forever.next() {
+                log::info!("signal {sig} during the shutdown: ending now");
+                second(sig);
+            }
         })?;
     Ok(())
+}
+
+/// Kills (SIGKILL) every process group of `mur`'s descendants at once, and every
+/// descendant left in `mur`'s own group, without a grace: the second signal's end.
+/// Returns how many groups and processes it signalled.
+pub fn kill_every_group() -> usize {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::{getpgrp, Pid};
+    let own = getpgrp().as_raw();
+    let procs = crate::exec::procs::scan();
+    let descendants = crate::exec::procs::descendants(std::process::id() as i32, &procs);
+    let mut groups: Vec<i32> = descendants
+        .iter()
+        .map(|p| p.pgid)
+        .filter(|g| *g != own && *g > 1)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut n = 0;
+    for g in &groups {
+        if killpg(Pid::from_raw(*g), Signal::SIGKILL).is_ok() {
+            n += 1;
+        }
+    }
+    for p in descendants.iter().filter(|p| p.pgid == own && !p.zombie) {
+        if kill(Pid::from_raw(p.pid), Signal::SIGKILL).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }

@@ -2,7 +2,7 @@
 //! status / wait / stop with their exact texts, refusals, the session's end, and the
 //! faults a supervisor must survive (spec, "background-command").
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -1133,6 +1133,116 @@ fn an_escapee_that_clears_its_environment_dies_at_its_door_tasks_end() {
     assert_eq!(killed[0]["task"], json!(t.id), "{killed:#?}");
     sigterm(door.id());
     assert_eq!(door.wait().unwrap().code(), Some(0));
+}
+
+/// A panic in the session while a command runs: the command's group is killed, the
+/// task and the session end `failed`, recorded, and `mur run` exits 1.
+#[test]
+fn a_session_panic_kills_its_commands_and_fails_the_task_and_session() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo $$ > leader.pid; sleep 300\"]}}\n- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"echo CRASH-ME\"]}}\n- text: done\n";
+    let c = Capsule::scripted(&["sh"], GRACE, script);
+    let output = c
+        .mur()
+        .env("MUR_DEBUG_PANIC_AFTER_TOOL", "CRASH-ME")
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    let run = Run {
+        output,
+        records: c.records.clone(),
+    };
+    assert_eq!(run.code(), 1, "{}", run.dump());
+    assert!(
+        gone(pid_in(&c, "leader.pid")),
+        "the command outlived the panic"
+    );
+    let failed = run.one("task_failed");
+    assert_eq!(failed["error"], "test's session crashed");
+    assert_eq!(
+        failed["panic"],
+        "MUR_DEBUG_PANIC_AFTER_TOOL matched a tool result"
+    );
+    let end = run.one("task_end");
+    assert_eq!(end["exit_status"], "failed");
+    assert_eq!(end["stopped_commands"].as_array().unwrap().len(), 1);
+    let last = run.trace().last().unwrap().clone();
+    assert_eq!(last["type"], "session_end");
+    assert_eq!(last["exit_status"], "failed");
+    assert!(
+        run.stderr()
+            .contains("mur: task failed: test's session crashed"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// Whatever owns processes kills them when it goes: a supervisor dropped as its
+/// thread panics stops the group it started (TERM, then KILL after the grace).
+#[test]
+fn a_supervisor_dropped_by_a_panic_kills_its_process_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let crashed = std::thread::spawn(move || {
+        let sup = mur::exec::Supervisor::new();
+        let argv: Vec<String> = ["sh", "-c", "trap '' TERM; sleep 300"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let c = sup.spawn(&argv, &logs, &logs).expect("spawn");
+        tx.send(c.pgid).unwrap();
+        panic!("the owner of the supervisor crashed");
+    })
+    .join();
+    assert!(crashed.is_err());
+    let pgid = rx.recv().unwrap();
+    assert!(gone(pgid), "the command outlived its supervisor");
+}
+
+/// The second SIGINT/SIGTERM while the first one's shutdown is under way (here a
+/// command that ignores SIGTERM holds it up) kills every process group at once and
+/// ends `mur` with 130, saying so.
+#[test]
+fn a_second_signal_kills_every_group_at_once_and_exits_130() {
+    let script = "- tool_calls:\n    - {name: sh, input: {args: [\"-c\", \"trap 'echo TERM >> got' TERM; echo $$ > leader.pid; while :; do sleep 0.1; done\"]}}\n- text: never\n";
+    let c = Capsule::scripted(&["sh"], "lifecycle:\n  shell_grace_secs: 600\n", script);
+    let child = c
+        .mur()
+        .arg("run")
+        .arg(&c.dir)
+        .arg("--records-dir")
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let leader = pid_in(&c, "leader.pid");
+    sigterm(child.id());
+    // The first signal's stop reached the command, which ignores it.
+    let got = c.dir.join("work").join("got");
+    let start = Instant::now();
+    while !got.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no TERM reached the command"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("mur: second SIGINT: killed "), "{err}");
+    assert!(gone(leader), "the command outlived the second signal");
 }
 
 /// A script-driver capsule like [`Capsule::scripted`] whose commands may also read

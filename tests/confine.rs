@@ -3,7 +3,7 @@
 //! outside its workdir). These run on the real kernel: Landlock and seccomp as `mur`
 //! applies them.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -5,7 +5,7 @@
 //! tests need `MUR_TEST_VENV`: a venv with `a2a-sdk[http-server]` and `uvicorn` (see
 //! scripts/test.sh); they fail, not skip, when it is unset.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

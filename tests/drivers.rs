@@ -4,7 +4,7 @@
 //! HTML error pages, reused call ids, streams that break off or carry an error event,
 //! servers that answer a streaming request with plain JSON.
 
-mod support;
+use crate::support;
 
 use std::collections::VecDeque;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! Formations end to end with the real binary: `mur run --roster`, call-member,
 //! end-without-answer, busy re-offers, peers that misbehave, `mur door`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -59,7 +59,7 @@ fn example_formation_lead_calls_worker_and_critic_and_answers_offline() {
     );
     let ids = call_ids(&lead);
     let starts = lead.records("member_call_start");
-    assert_eq!(starts.len(), 2);
+    assert_eq!(starts.len(), 2, "{}", run.dump());
     let texts = lead.tool_texts();
     assert_eq!(
         texts[0],
@@ -1641,6 +1641,7 @@ impl LiveMember {
                 roster: Arc::new(roster),
                 call_deadline: Duration::from_secs(600),
             }),
+            peer_files: None,
         };
         let shutdown = mur::signals::ShutdownHandle::new();
         let rx = shutdown.receiver();

@@ -3,7 +3,7 @@
 //! bounded by `lifecycle.max_task_reopens`, `lifecycle.done_check` and
 //! `lifecycle.keep_working`.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

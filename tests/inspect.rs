@@ -1,7 +1,7 @@
 //! The operator's tools: `mur trace`, `mur sessions`, `mur gc`, `mur run --json`, the
 //! `latest` links and the session line on stderr, runtime-directory housekeeping.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! The smaller things a new user tripped over: each one as the user sees it.
 
-mod support;
+use crate::support;
 
 use support::Capsule;
 

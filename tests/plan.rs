@@ -2,7 +2,7 @@
 //! the plan guidance in the system prompt, steps through the decision point, the
 //! refusals, the records, and the offline example.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! `mur run` end to end: the example capsule, the agent loop, shell tools,
 //! session-status, the deadline and the records.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -1126,4 +1126,46 @@ fn a_command_that_could_not_start_carries_no_deadline_notice_the_next_result_doe
     assert!(!t[0].contains("Session deadline"), "{}", t[0]);
     assert!(regex_like(t[1].lines().last().unwrap()), "{}", t[1]);
     assert_eq!(run.one("deadline_notice")["call_id"], calls[1]["call_id"]);
+}
+
+/// A staging that cannot write (here `$MURMUR_HOME` is a regular file, as a full or
+/// read-only disk would be) is a runtime failure, exit 1, not the usage/manifest
+/// status 2; the message names the path and the cause, once.
+#[test]
+fn a_staging_that_cannot_write_exits_1_not_2() {
+    let c = Capsule::scripted(&[], "", "- text: hi\n");
+    let home = c.root.path().join("home-is-a-file");
+    std::fs::write(&home, "not a directory").unwrap();
+    let run = c
+        .mur()
+        .env("MURMUR_HOME", &home)
+        .arg("run")
+        .arg(&c.dir)
+        .args(["--records-dir"])
+        .arg(&c.records)
+        .args(["--task", "t"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("mur: cannot write "), "{err}");
+    assert!(err.contains(&home.display().to_string()), "{err}");
+    assert_eq!(err.matches("mur: ").count(), 1, "{err}");
+    let stage = c
+        .mur()
+        .env("MURMUR_HOME", &home)
+        .arg("stage")
+        .arg(&c.dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stage.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&stage.stderr)
+    );
+    // A capsule this build cannot stage is still the capsule's fault: 2.
+    let reserved = Capsule::new().manifest("name: test\nworkdir: work\n");
+    let run = reserved.run("t", &[]);
+    assert_eq!(run.code(), 2, "{}", run.dump());
 }

@@ -17,6 +17,8 @@
 //!   token, checked before anything else of the request is read. Then the
 //!   `Content-Type` must be `application/json`: anything else is HTTP 415 with a
 //!   JSON-RPC -32005 body (id null), before the body is read.
+//! - `GET /peer-files/<id>`: the bytes of a file the member shared, for the bearer
+//!   token plus the handle's secret ([`files`]).
 //!
 //! What `SendMessage` takes: `params.message` with `role` (`ROLE_USER`), a
 //! `messageId` (required) and at least one part, each carrying text, data, url or raw;
@@ -81,6 +83,7 @@
 //! [`DoorLimits::reserve_connections`]). A 401 closes its connection.
 
 pub mod book;
+pub mod files;
 mod rpc;
 pub mod server;
 pub mod token;
@@ -134,6 +137,13 @@ pub trait TaskHandler: Send + Sync + 'static {
     /// The door filters, sorts and pages this index itself and reads each task of the
     /// page with [`TaskHandler::get`], so it must be cheap: no histories or artifacts.
     fn list(&self) -> Option<Vec<TaskIndex>> {
+        None
+    }
+
+    /// The files this door's member shared (share-file), served at
+    /// `GET /peer-files/<id>` ([`files`]); `None` (the default) answers every such
+    /// request HTTP 404.
+    fn files(&self) -> Option<&dyn files::FileSource> {
         None
     }
 }

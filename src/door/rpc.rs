@@ -453,6 +453,22 @@ impl Service for App {
                 _ => refused_http(head, method_not_allowed("GET, HEAD")),
             });
         }
+        if path.starts_with(super::files::PREFIX) {
+            // The peer-file endpoint: the door's token first, as for every POST.
+            if let Err(why) = self.authorize(head) {
+                log::info!(
+                    target: LOG_TARGET,
+                    "refused a peer-file request from {}: HTTP 401, bearer token {}",
+                    peer(head),
+                    match why {
+                        AuthRefusal::Missing => "missing",
+                        AuthRefusal::Wrong => "wrong",
+                    }
+                );
+                return Some(unauthorized(why));
+            }
+            return Some(super::files::answer(head, self.handler.files()));
+        }
         if path != "/" && !path.is_empty() {
             return Some(refused_http(head, Response::empty(404)));
         }

@@ -324,11 +324,10 @@ impl Supervisor {
     /// A supervisor for session `session_id`: its commands carry
     /// `MURMUR_SESSION=<session_id>` in their environment.
     pub fn for_session(session_id: &str) -> Self {
-        Supervisor {
-            session: Some(session_id.to_string()),
-            owner: Some(Arc::from(session_id)),
-            ..Self::new()
-        }
+        let mut s = Self::new();
+        s.session = Some(session_id.to_string());
+        s.owner = Some(Arc::from(session_id));
+        s
     }
 
     /// This supervisor, starting every command under `confinement`: its built
@@ -557,6 +556,22 @@ impl Supervisor {
             let _ = c.reaped.recv_deadline(until);
         }
         stopped
+    }
+}
+
+/// Whatever owns processes kills them when it goes: a supervisor dropped with
+/// commands still running (a session that panicked, an early return) stops them as
+/// [`Supervisor::stop_all`] does: SIGTERM to every group, SIGKILL after the grace.
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let stopped = self.stop_all();
+        if !stopped.is_empty() {
+            log::warn!(
+                "stopped {} command(s) still running as their supervisor ended: {}",
+                stopped.len(),
+                stopped.join(", ")
+            );
+        }
     }
 }
 

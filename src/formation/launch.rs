@@ -26,7 +26,8 @@ use crate::manifest::{AfterTask, Credential};
 use crate::progress::Progress;
 use crate::session::{self, MemberRole, Outcome, SessionEnd, SessionSpec};
 use crate::signals::ShutdownHandle;
-use crate::staging::{self, Loaded};
+use crate::staging::{self, Loaded, StageError};
+use crate::tools::peer_file::{self, formation_tag, HandleStore, PeerDoor};
 
 /// The default door address of `mur door`: `127.0.0.1:7431`.
 pub const DEFAULT_DOOR_LISTEN: &str = "127.0.0.1:7431";
@@ -43,6 +44,28 @@ pub enum LaunchError {
     /// Something failed at run time (exit status 1).
     #[error("{0}")]
     Runtime(String),
+    /// A capsule could not be staged (`member`: the formation member's); the exit
+    /// status is the cause's ([`StageError::code`]): 1 for a file that cannot be
+    /// written, 2 for a capsule this build cannot stage.
+    #[error("{}{source}", member.as_deref().map(|m| format!("member `{m}`: ")).unwrap_or_default())]
+    Stage {
+        /// The formation member, `None` for `mur run`/`mur door` of one capsule.
+        member: Option<String>,
+        /// The cause.
+        source: StageError,
+    },
+}
+
+impl LaunchError {
+    /// The exit code of `mur` for this error, decided here and nowhere else
+    /// ([`crate::exit`]): `Usage` 2, `Runtime` 1, `Stage` its cause's.
+    pub fn code(&self) -> u8 {
+        match self {
+            LaunchError::Usage(_) => crate::exit::EXIT_USAGE,
+            LaunchError::Runtime(_) => crate::exit::EXIT_FAILED,
+            LaunchError::Stage { source, .. } => source.code(),
+        }
+    }
 }
 
 /// What `mur run --roster` was given, validated.
@@ -256,10 +279,12 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
     let mut boards = Vec::new();
     let mut doors: Vec<Door> = Vec::new();
     let mut links: Vec<(String, Arc<dyn Link>)> = Vec::new();
+    let mut stores = Vec::new();
+    let mut peer_doors: Vec<PeerDoor> = Vec::new();
     for p in &prepared {
         let (board, inbox) = Board::new(p.loaded.manifest.task_acceptance);
         let board = Arc::new(board);
-        let handler = MemberHandler::new(
+        let mut handler = MemberHandler::new(
             board.clone(),
             &p.name,
             p.loaded
@@ -268,6 +293,17 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
                 .as_deref()
                 .unwrap_or("A mur formation member"),
         );
+        // share-file's store, served by the member's door (mur-tools(7), "Peer files").
+        let store = p.loaded.manifest.exports.peer_files.as_ref().map(|_| {
+            Arc::new(HandleStore::new(
+                formation_tag(&token),
+                p.name.clone(),
+                PathBuf::new(),
+                peer_file::DEFAULT_MAX_HANDLES,
+            ))
+        });
+        handler.files = store.clone();
+        stores.push(store);
         let door = Door::start(
             p.listen,
             token.clone(),
@@ -276,6 +312,12 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
         )
         .map_err(|e| LaunchError::Usage(format!("member `{}`: door: {e}", p.name)))?;
         log::info!("member {} door at {}", p.name, door.url());
+        peer_doors.push(PeerDoor {
+            member: p.name.clone(),
+            url: loopback_url(door.local_addr()),
+            token: token.clone(),
+            tag: formation_tag(&token),
+        });
         // A door listening on every address (0.0.0.0, ::) is called on loopback.
         // Its own door: the URL is the endpoint, no card to read.
         links.push((
@@ -297,6 +339,12 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
                 Some(c) => read_token(c, &base, &m.name)?,
                 None => String::new(),
             };
+            peer_doors.push(PeerDoor {
+                member: m.name.clone(),
+                url: door.clone(),
+                token: secret.clone(),
+                tag: formation_tag(&secret),
+            });
             links.push((
                 m.name.clone(),
                 Arc::new(member_link(&roster, &m.name, door, &secret, true)),
@@ -309,7 +357,7 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
     let mut threads = Vec::new();
     let mut entry_board = None;
     let mut entry_thread = None;
-    for (p, (board, inbox)) in prepared.into_iter().zip(boards) {
+    for ((p, (board, inbox)), store) in prepared.into_iter().zip(boards).zip(stores) {
         let is_entry = p.name == roster.entry;
         let m = &p.loaded.manifest;
         let choice = match (&opts.driver, &m.inference) {
@@ -332,7 +380,10 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
         let system_prompt = staging::system_prompt(&p.loaded.dir, m)
             .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
         let staged = staging::stage_member(&home, &p.loaded.dir, &p.loaded.text, m, &p.callees)
-            .map_err(|e| LaunchError::Usage(format!("member `{}`: {e}", p.name)))?;
+            .map_err(|source| LaunchError::Stage {
+                member: Some(p.name.clone()),
+                source,
+            })?;
         runtime_dirs.hold(&staged.runtime_dir);
         let records_dir = match &opts.records_dir {
             Some(d) => d.join(&p.name),
@@ -344,6 +395,7 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
             .filter_map(|c| link_of(c).map(|l| (c.clone(), l)))
             .collect();
         let call_deadline = delegation_deadline(m.lifecycle.delegation_deadline_secs);
+        let peer_files = peer_files_of(m, store, &records_dir, &peer_doors);
         let spec = SessionSpec {
             manifest: p.loaded.manifest,
             staged,
@@ -357,6 +409,7 @@ pub fn run_roster(opts: LaunchOptions, signal: &ShutdownHandle) -> Result<Outcom
                 roster: roster_names.clone(),
                 call_deadline,
             }),
+            peer_files,
         };
         let (after, progress) = if is_entry {
             (AfterTask::Exit, Progress::start())
@@ -463,19 +516,37 @@ pub fn run_door(
         .transpose()
         .map_err(LaunchError::Usage)?;
     let home = staging::murmur_home();
-    let staged = staging::stage(&home, &loaded.dir, &loaded.text, m)
-        .map_err(|e| LaunchError::Usage(e.to_string()))?;
+    let staged = staging::stage(&home, &loaded.dir, &loaded.text, m).map_err(|source| {
+        LaunchError::Stage {
+            member: None,
+            source,
+        }
+    })?;
     let mut runtime_dirs = staging::RuntimeDirs::default();
     runtime_dirs.hold(&staged.runtime_dir);
     let records_dir = records_dir
         .unwrap_or_else(|| staging::default_records_dir(&home, &loaded.dir, &staged.session_id));
     let (board, inbox) = Board::new(m.task_acceptance);
     let board = Arc::new(board);
-    let handler = MemberHandler::new(
+    if m.capabilities.peer_fetch {
+        return Err(LaunchError::Usage("capabilities.peer_fetch grants fetch-peer-file, which redeems handles from the members of a formation; `mur door` serves one capsule with no formation to fetch from: remove the grant, or run the capsule as a formation member".into()));
+    }
+    let mut handler = MemberHandler::new(
         board.clone(),
         &m.name,
         m.description.as_deref().unwrap_or("A mur capsule"),
     );
+    // Handles minted behind `mur door` carry its token's tag and its capsule's name.
+    let store = m.exports.peer_files.as_ref().map(|_| {
+        Arc::new(HandleStore::new(
+            formation_tag(&token),
+            m.name.clone(),
+            PathBuf::new(),
+            peer_file::DEFAULT_MAX_HANDLES,
+        ))
+    });
+    handler.files = store.clone();
+    let peer_files = peer_files_of(m, store, &records_dir, &[]);
     if let Some(w) = crate::door::exposure_warning(listen, advertise_url.as_deref()) {
         log::warn!(target: "mur::door", "{w}");
     }
@@ -499,6 +570,7 @@ pub fn run_door(
         choice,
         system_prompt,
         member: None,
+        peer_files,
     };
     let t = spawn_session(
         "door",
@@ -516,6 +588,31 @@ pub fn run_door(
         Ok(Err(e)) => Err(LaunchError::Runtime(e)),
         Err(_) => Err(LaunchError::Runtime("the session thread panicked".into())),
     }
+}
+
+/// A session's peer-file side: `store` (share-file, snapshots in the records'
+/// `peer-files/`) and, with `capabilities.peer_fetch`, the formation's doors.
+fn peer_files_of(
+    m: &crate::manifest::Manifest,
+    store: Option<Arc<HandleStore>>,
+    records_dir: &Path,
+    doors: &[PeerDoor],
+) -> Option<peer_file::PeerFiles> {
+    if let Some(s) = &store {
+        s.set_dir(records_dir.join("peer-files"));
+    }
+    let doors = if m.capabilities.peer_fetch {
+        doors.to_vec()
+    } else {
+        Vec::new()
+    };
+    (store.is_some() || !doors.is_empty()).then(|| peer_file::PeerFiles {
+        store,
+        export_root: m.exports.peer_files.clone().unwrap_or_default(),
+        doors,
+        max_file_bytes: peer_file::DEFAULT_MAX_FILE_BYTES,
+        network_allow: m.capabilities.network_allow.clone(),
+    })
 }
 
 /// The link to member `name`'s door at `url`, with its roster request timeout;

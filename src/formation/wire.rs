@@ -26,6 +26,9 @@ pub struct MemberHandler {
     pub board: Arc<Board>,
     /// The agent card (the door fills in its URL).
     pub card: AgentCard,
+    /// The files the member shared (share-file), served at `/peer-files/`; `None`
+    /// when it declares no `exports.peer_files`.
+    pub files: Option<Arc<crate::tools::peer_file::HandleStore>>,
 }
 
 impl MemberHandler {
@@ -40,7 +43,11 @@ impl MemberHandler {
             tags: vec!["mur".into()],
             examples: Vec::new(),
         });
-        MemberHandler { board, card }
+        MemberHandler {
+            board,
+            card,
+            files: None,
+        }
     }
 }
 
@@ -226,6 +233,12 @@ impl TaskHandler for MemberHandler {
 
     fn card(&self) -> AgentCard {
         self.card.clone()
+    }
+
+    fn files(&self) -> Option<&dyn crate::door::files::FileSource> {
+        self.files
+            .as_deref()
+            .map(|s| s as &dyn crate::door::files::FileSource)
     }
 }
 

@@ -39,6 +39,8 @@ pub const KNOWN_TYPES: &[&str] = &[
     "hook_run",
     "done_check",
     "keep_working",
+    "peer_file_shared",
+    "peer_file_fetched",
     "plan",
 ];
 

@@ -291,10 +291,46 @@ pub fn spawn(
         .name(format!("call-{}", ctx.member))
         .stack_size(256 * 1024)
         .spawn(move || {
+            // A poller that panics still ends its call: the guard sends a failed ending
+            // as the thread unwinds, so the continuation never waits on a dead thread.
+            let guard = CrashGuard {
+                ended: Some(ctx.ended(CallStatus::Failed, crashed_output(&ctx.member))),
+                events: events.clone(),
+            };
             let ended = poll(&ctx, mode, &abandon);
+            guard.disarm();
             let _ = events.send(ended);
         })?;
     Ok(())
+}
+
+/// What the model is shown for a call whose poller thread crashed.
+pub fn crashed_output(member: &str) -> String {
+    format!("the call to {member} failed: mur's poller thread for it crashed, so its end cannot be known; {member} may still be working on the task")
+}
+
+/// Sends its failed ending when dropped while its thread panics; disarmed once the
+/// poller has its own ending to send.
+struct CrashGuard {
+    ended: Option<EndedCall>,
+    events: Sender<EndedCall>,
+}
+
+impl CrashGuard {
+    fn disarm(mut self) {
+        self.ended = None;
+    }
+}
+
+impl Drop for CrashGuard {
+    fn drop(&mut self) {
+        if let Some(e) = self.ended.take() {
+            if std::thread::panicking() {
+                log::error!("member call {}: its poller thread panicked", e.call_id);
+                let _ = self.events.send(e);
+            }
+        }
+    }
 }
 
 fn jitter() -> Duration {
@@ -479,5 +515,68 @@ fn poll(ctx: &CallCtx, mut mode: Mode, abandon: &Receiver<()>) -> EndedCall {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A door whose every answer panics (a bug in a link, a poisoned lock).
+    struct Panicking;
+
+    impl Link for Panicking {
+        fn send(&self, _: &str, _: &SendMeta) -> Result<Snapshot, LinkError> {
+            panic!("send")
+        }
+        fn get(&self, _: &str) -> Result<Snapshot, LinkError> {
+            panic!("get")
+        }
+        fn cancel(&self, _: &str) -> Result<(), LinkError> {
+            Ok(())
+        }
+        fn host(&self) -> String {
+            "localhost".into()
+        }
+        fn address(&self) -> String {
+            "local".into()
+        }
+    }
+
+    #[test]
+    fn a_poller_that_panics_ends_its_call_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = Trace::open(&dir.path().join("trace.jsonl"), "ses_test").unwrap();
+        let ctx = CallCtx {
+            call_id: "mcl_test".into(),
+            member: "worker".into(),
+            text: "t".into(),
+            link: Arc::new(Panicking),
+            meta: SendMeta {
+                caller: "lead".into(),
+                trust: "operator".into(),
+            },
+            // No deadline to save the call: only the poller's own end can.
+            deadline: Instant::now() + Duration::from_secs(24 * 3600),
+            deadline_secs: 24 * 3600,
+            trace,
+            task_id: "tsk_test".into(),
+            roster: Arc::new(vec!["lead".into(), "worker".into()]),
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        // The receiver's owner keeps a sender, as the session's calls do.
+        let _kept = tx.clone();
+        let (_abandon_tx, abandon_rx) = bounded::<()>(0);
+        let mode = Mode::Held {
+            task_id: "tsk_member".into(),
+            offers: 1,
+        };
+        spawn(ctx, mode, tx, abandon_rx).unwrap();
+        let ended = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the crashed poller's call ended");
+        assert_eq!(ended.call_id, "mcl_test");
+        assert_eq!(ended.status, CallStatus::Failed);
+        assert_eq!(ended.output, crashed_output("worker"));
     }
 }

@@ -54,6 +54,15 @@ impl Loop<'_> {
         }
         f.extend(result.record.clone());
         self.trace.record(Some(&self.task_id), "tool_call", f);
+        // Debug builds only: a test's way to crash a session while its commands run
+        // (tests/background.rs).
+        if cfg!(debug_assertions) {
+            if let Some(marker) = std::env::var_os("MUR_DEBUG_PANIC_AFTER_TOOL") {
+                if content.contains(marker.to_string_lossy().as_ref()) {
+                    panic!("MUR_DEBUG_PANIC_AFTER_TOOL matched a tool result");
+                }
+            }
+        }
         (content, result.status == tools::Status::Failed)
     }
 

@@ -93,6 +93,9 @@ pub struct SessionSpec {
     pub system_prompt: String,
     /// Its place in a formation, when it is a member of one.
     pub member: Option<MemberRole>,
+    /// Its peer-file side (share-file's store, fetch-peer-file's doors), when it
+    /// serves or fetches peer files; `None` in a plain `mur run`.
+    pub peer_files: Option<crate::tools::peer_file::PeerFiles>,
 }
 
 /// A formation member's side of the roster: who it is and whom it may call.
@@ -266,6 +269,14 @@ enum Stop {
     Failed(String),
     Limit(ExitStatus, String),
     Interrupted,
+}
+
+/// The text of a caught panic's payload (`panic!` with a message or a format string).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Runs one task (from the command line) in a staged session and writes every record;
@@ -449,7 +460,19 @@ pub fn serve(
                 }
             }
         }
-        let outcome = lp.run_one(inc, &out_dir);
+        // A panic in the task is a failed task and the session's end, both recorded;
+        // its commands are stopped on the way out.
+        let task_id = inc.id.clone();
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lp.run_one(inc, &out_dir)));
+        let outcome = match run {
+            Ok(o) => o,
+            Err(p) => {
+                let why = panic_message(p.as_ref());
+                outcomes.push(lp.crashed(&task_id, &why));
+                break;
+            }
+        };
         outcomes.push(outcome);
         if after_task == AfterTask::Exit || lp.deadline.as_ref().is_some_and(|d| d.passed()) {
             break;

@@ -68,6 +68,10 @@ impl tools::Session for Loop<'_> {
         self.place_member_call(member, task)
     }
 
+    fn peer_files(&self) -> Option<&tools::peer_file::PeerFiles> {
+        self.spec.peer_files.as_ref()
+    }
+
     fn has_tool(&self, tool: &str) -> bool {
         self.spec.staged.inventory.iter().any(|t| t.name == tool)
     }

@@ -44,6 +44,7 @@ fn between_tasks(member: Option<MemberRole>, f: impl FnOnce(&mut Loop)) {
         choice: "s".into(),
         system_prompt: String::new(),
         member,
+        peer_files: None,
     };
     let trace = Trace::open(&records.join("trace.jsonl"), &spec.staged.session_id).unwrap();
     let (board, _inbox) = Board::new(TaskAcceptance::Reject);

@@ -174,6 +174,68 @@ impl Loop<'_> {
         }
     }
 
+    /// Ends task `task_id` whose run panicked (`panic`: the panic's message): every
+    /// command of the session is stopped (TERM to its group, KILL after the grace) and
+    /// what left its group is killed, the task is recorded `failed` (`task_failed`
+    /// with the panic, `task_end`) and its caller told `<who>'s session crashed`.
+    /// The session ends after it ([`super::serve`]).
+    pub(super) fn crashed(&mut self, task_id: &str, panic: &str) -> Outcome {
+        self.task_id = task_id.to_string();
+        let stopped = self.supervisor.stop_all();
+        self.hook_supervisor.stop_all();
+        for s in crate::exec::procs::sweep(
+            SweepScope::Session(&self.spec.staged.session_id),
+            &self.supervisor.live_groups(),
+        ) {
+            self.trace.record(
+                Some(task_id),
+                "survivor_killed",
+                fields! {"pid" => s.pid, "argv" => s.argv, "comm" => s.comm, "work_id" => s.work_id, "signal" => "SIGKILL"},
+            );
+        }
+        let who = self
+            .spec
+            .member
+            .as_ref()
+            .map_or_else(|| self.spec.manifest.name.clone(), |m| m.name.clone());
+        let error = format!("{who}'s session crashed");
+        self.trace.record(
+            Some(task_id),
+            "task_failed",
+            fields! {"error" => error, "panic" => panic},
+        );
+        self.trace.record(
+            Some(task_id),
+            "task_end",
+            fields! {
+                "exit_status" => ExitStatus::Failed.as_str(),
+                "turns" => self.counters.turns_used,
+                "runningCommands" => Vec::<Value>::new(),
+                "stopped_commands" => stopped,
+                "phase" => self.phase,
+                "error" => error,
+            },
+        );
+        self.board.finish(
+            task_id,
+            Final {
+                state: State::Failed,
+                message: Some(error.clone()),
+                answer: None,
+                no_answer: false,
+                no_answer_below: Vec::new(),
+            },
+        );
+        self.task_start = None;
+        Outcome {
+            task_id: task_id.to_string(),
+            status: ExitStatus::Failed,
+            answer: None,
+            error: Some(error),
+            records_dir: self.spec.records_dir.clone(),
+        }
+    }
+
     /// Dispatches one command exit between tasks: with completion tasks on, an exit no
     /// tool result returned, of a command the runtime did not stop, is submitted to the
     /// board as a completion task (spec, "background-command"); anything else is only

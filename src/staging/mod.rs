@@ -67,6 +67,21 @@ pub enum StageError {
     },
 }
 
+impl StageError {
+    /// The exit code of `mur` for this error ([`crate::exit`]): a file that cannot be
+    /// written (an unwritable `$MURMUR_HOME`, a full disk) is a runtime failure,
+    /// [`EXIT_FAILED`](crate::exit::EXIT_FAILED); everything else is the capsule's
+    /// fault, [`EXIT_USAGE`](crate::exit::EXIT_USAGE).
+    pub fn code(&self) -> u8 {
+        match self {
+            StageError::Io { .. } => crate::exit::EXIT_FAILED,
+            StageError::Reserved { .. } | StageError::Unsupported { .. } | StageError::Other(_) => {
+                crate::exit::EXIT_USAGE
+            }
+        }
+    }
+}
+
 /// `$MURMUR_HOME`, or `~/.murmur` when unset.
 /// Made absolute against the current directory, so every path a model or record
 /// shows is absolute.
@@ -292,12 +307,6 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
         })
     };
     let c = &m.capabilities;
-    if m.exports.peer_files.is_some() {
-        return unsupported("exports.peer_files", "share-file");
-    }
-    if c.peer_fetch {
-        return unsupported("capabilities.peer_fetch", "fetch-peer-file");
-    }
     if !c.spawn_allow.is_empty() {
         return unsupported("capabilities.spawn.allow", "delegate-task");
     }
@@ -327,6 +336,14 @@ pub fn inventory_for(m: &Manifest, callees: &[String]) -> Result<Vec<ToolEntry>,
     if !callees.is_empty() {
         inv.push(tools::call_member::entry(callees));
         inv.push(tools::end_without_answer::entry());
+    }
+    // Peer files (mur-tools(7), "Peer files"): a member serves its handles at its
+    // door; where there is no door (`mur run`) the session refuses to start.
+    if m.exports.peer_files.is_some() {
+        inv.push(tools::share_file::entry());
+    }
+    if c.peer_fetch {
+        inv.push(tools::fetch_peer_file::entry());
     }
     inv.push(tools::session_status::entry());
     // Spec, "The twelve": an inference: block (checked above), a non-empty

@@ -104,6 +104,11 @@ pub trait Session {
     fn place_call(&mut self, member: &str, task: String) -> Placed;
     /// The session-status object, measured now (spec, "session-status").
     fn measure_status(&self) -> Value;
+    /// The session's peer-file side (share-file, fetch-peer-file); `None` (the
+    /// default) when it has none.
+    fn peer_files(&self) -> Option<&super::peer_file::PeerFiles> {
+        None
+    }
     /// Whether the inventory holds a tool named `tool`.
     fn has_tool(&self, tool: &str) -> bool;
     /// Runs step `step` (from 0) of plan `plan` (`pln_…`): the call passes the decision

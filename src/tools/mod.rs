@@ -5,9 +5,12 @@ pub mod background;
 pub mod call_member;
 pub mod context;
 pub mod end_without_answer;
+pub mod fetch_peer_file;
+pub mod peer_file;
 pub mod registry;
 pub mod result;
 pub mod session_status;
+pub mod share_file;
 pub mod shell;
 pub mod submit_plan;
 
@@ -67,6 +70,10 @@ pub enum ToolKind {
     CallMember,
     /// end-without-answer (exactly where call-member is).
     EndWithoutAnswer,
+    /// share-file (`exports.peer_files`).
+    ShareFile,
+    /// fetch-peer-file (`capabilities.peer_fetch`).
+    FetchPeerFile,
     /// submit-plan (`capabilities.plan.submit`).
     SubmitPlan,
 }

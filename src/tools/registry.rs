@@ -5,6 +5,7 @@ use super::context::Tool;
 use super::{
     background, call_member, end_without_answer, session_status, shell, submit_plan, ToolKind,
 };
+use super::{fetch_peer_file, share_file};
 
 impl ToolKind {
     /// The tool that answers entries of this kind.
@@ -15,6 +16,8 @@ impl ToolKind {
             ToolKind::BackgroundCommand => &background::BackgroundCommand,
             ToolKind::CallMember => &call_member::CallMember,
             ToolKind::EndWithoutAnswer => &end_without_answer::EndWithoutAnswer,
+            ToolKind::ShareFile => &share_file::ShareFile,
+            ToolKind::FetchPeerFile => &fetch_peer_file::FetchPeerFile,
             ToolKind::SubmitPlan => &submit_plan::SubmitPlan,
         }
     }

@@ -1,6 +1,5 @@
 //! A builder harness that writes a capsule into a temporary directory and runs the real
 //! `mur` binary against it, with `MURMUR_HOME` in the same temporary directory.
-#![allow(dead_code)]
 
 pub mod sdk;
 
@@ -184,6 +183,8 @@ pub fn read_trace(dir: &Path) -> Vec<Value> {
 /// A formation under construction: `roster.yaml` and one capsule directory per local
 /// member in a temporary directory.
 pub struct Formation {
+    /// Held, never read: the temporary directory lives as long as the formation.
+    #[allow(dead_code)]
     pub root: tempfile::TempDir,
     pub dir: PathBuf,
     pub home: PathBuf,
