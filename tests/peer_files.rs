@@ -107,13 +107,23 @@ fn a_handle_minted_behind_mur_door_is_fetched_by_a_formation_on_another_port() {
     let (mut child, client) = support::spawn_door(&c);
     let t = client.send_message("share it", None, false).unwrap();
     assert_eq!(t.status.state, mur::a2a::types::TaskState::Completed);
-    let trace = support::read_trace(&c.records);
-    let content = trace
-        .iter()
-        .find(|r| r["type"] == "tool_call" && r["name"] == "share-file")
-        .and_then(|r| r["content"].as_str())
-        .unwrap()
-        .to_string();
+    // The trace writer is a thread of its own: the record may land just after the
+    // task's state does, so wait for it (bounded) rather than read once.
+    let started = std::time::Instant::now();
+    let content = loop {
+        let found = support::read_trace(&c.records)
+            .into_iter()
+            .find(|r| r["type"] == "tool_call" && r["name"] == "share-file")
+            .and_then(|r| r["content"].as_str().map(str::to_string));
+        if let Some(c) = found {
+            break c;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no share-file tool_call record"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let handle = field(&content, "handle");
     let url = client.url().to_string();
 
