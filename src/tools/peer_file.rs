@@ -316,6 +316,38 @@ pub fn snapshot(
         .prefix(".snapshot-")
         .tempfile_in(dir)
         .map_err(|e| format!("cannot create the snapshot in the records: {e}"))?;
+    let (n, digest) = copy_hashed(&mut src, declared, tmp.as_file_mut()).map_err(|e| match e {
+        CopyError::Read(e) => format!("reading the file failed: {e}"),
+        CopyError::Over => format!("the file grew while it was copied (it was {declared} bytes); nothing was shared: share it again once it is no longer being written"),
+        CopyError::Write(e) => format!("writing the snapshot failed: {e}"),
+    })?;
+    if n < declared {
+        return Err(format!("the file shrank while it was copied (from {declared} to {n} bytes); nothing was shared: share it again once it is no longer being written"));
+    }
+    tmp.as_file()
+        .sync_data()
+        .map_err(|e| format!("writing the snapshot failed: {e}"))?;
+    Ok((tmp, n, digest))
+}
+
+/// Why [`copy_hashed`] stopped.
+enum CopyError {
+    /// Reading the source failed.
+    Read(io::Error),
+    /// The source gave more than the bytes allowed.
+    Over,
+    /// Writing the copy failed.
+    Write(io::Error),
+}
+
+/// Copies `src` into `dst` while hashing it, stopping at the first byte past `limit`;
+/// returns the bytes copied and their sha256 (lowercase hex). One pass, a 256 KiB
+/// buffer: memory does not grow with the file.
+fn copy_hashed(
+    src: &mut impl Read,
+    limit: u64,
+    dst: &mut File,
+) -> Result<(u64, String), CopyError> {
     let mut ctx = Context::new(&SHA256);
     let mut buf = vec![0u8; 256 * 1024];
     let mut n: u64 = 0;
@@ -324,23 +356,16 @@ pub fn snapshot(
             Ok(0) => break,
             Ok(k) => k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("reading the file failed: {e}")),
+            Err(e) => return Err(CopyError::Read(e)),
         };
         n += k as u64;
-        if n > declared {
-            return Err(format!("the file grew while it was copied (it was {declared} bytes); nothing was shared: share it again once it is no longer being written"));
+        if n > limit {
+            return Err(CopyError::Over);
         }
         ctx.update(&buf[..k]);
-        tmp.write_all(&buf[..k])
-            .map_err(|e| format!("writing the snapshot failed: {e}"))?;
+        dst.write_all(&buf[..k]).map_err(CopyError::Write)?;
     }
-    if n < declared {
-        return Err(format!("the file shrank while it was copied (from {declared} to {n} bytes); nothing was shared: share it again once it is no longer being written"));
-    }
-    tmp.as_file()
-        .sync_data()
-        .map_err(|e| format!("writing the snapshot failed: {e}"))?;
-    Ok((tmp, n, hex(ctx.finish().as_ref())))
+    Ok((n, hex(ctx.finish().as_ref())))
 }
 
 /// One handle this session minted.
@@ -613,29 +638,14 @@ pub fn store_fetched(
         .prefix(".mur-fetch-")
         .tempfile_in(workdir)
         .map_err(|e| format!("'fetch-peer-file' cannot write into the workdir: {e}"))?;
-    let mut ctx = Context::new(&SHA256);
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut n: u64 = 0;
-    loop {
-        let k = match src.read(&mut buf) {
-            Ok(0) => break,
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("'fetch-peer-file' fetched nothing: {e}")),
-        };
-        n += k as u64;
-        if n > size {
-            return Err(format!("'fetch-peer-file' fetched nothing: the peer sent more than the {size} bytes the handle names; the partial file was removed"));
-        }
-        ctx.update(&buf[..k]);
-        tmp.write_all(&buf[..k]).map_err(|e| {
-            format!("'fetch-peer-file' fetched nothing: writing into the workdir failed: {e}")
-        })?;
-    }
+    let (n, got) = copy_hashed(&mut src, size, tmp.as_file_mut()).map_err(|e| match e {
+        CopyError::Read(e) => format!("'fetch-peer-file' fetched nothing: {e}"),
+        CopyError::Over => format!("'fetch-peer-file' fetched nothing: the peer sent more than the {size} bytes the handle names; the partial file was removed"),
+        CopyError::Write(e) => format!("'fetch-peer-file' fetched nothing: writing into the workdir failed: {e}"),
+    })?;
     if n < size {
         return Err(format!("'fetch-peer-file' fetched nothing: the peer sent {n} of the {size} bytes the handle names; the partial file was removed"));
     }
-    let got = hex(ctx.finish().as_ref());
     if got != sha256 {
         return Err("'fetch-peer-file' fetched nothing: the bytes the peer sent do not have the sha256 the handle names; the file was removed".into());
     }
